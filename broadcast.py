@@ -1,0 +1,27 @@
+"""broadcast: every rank ends with rank 0's tensor."""
+
+import functools
+
+import utils
+
+BROADCAST = utils.Collective(
+    name="broadcast",
+    bind=lambda comm, input, output, async_op: functools.partial(
+        comm.dist.broadcast, input, 0, async_op=async_op),
+    output_numel=None,
+    algbw_factor=lambda n: 1,
+    busbw_factor=lambda n: 1,
+    size_rule=utils.WHOLE,
+)
+
+
+def timed_broadcast(input, args, comm):
+    return utils.timed_collective(BROADCAST, input, None, args, comm)
+
+
+def run_broadcast(local_rank, args, comm=None):
+    return utils.run_collective(BROADCAST, args, comm or utils.init_processes(local_rank, args))
+
+
+if __name__ == "__main__":
+    utils.cli(run_broadcast)

@@ -1,0 +1,32 @@
+"""Defaults of the benchmark suite.
+
+Standard library only: `--dist torch` must start without DeepSpeed, and this
+module is imported by everything.
+"""
+
+DEFAULT_WARMUPS = 5
+DEFAULT_TRIALS = 50
+DEFAULT_TYPE = "float"
+DEFAULT_BACKEND = None  # detected: see utils.resolve_device_and_backend
+DEFAULT_DEVICE = None  # detected
+DEFAULT_UNIT = "Gbps"
+DEFAULT_DIST = "deepspeed"
+DEFAULT_MAXSIZE = 24
+DEFAULT_MEM_FACTOR = 0.3
+TORCH_DISTRIBUTED_DEFAULT_PORT = 29500
+
+BW_UNITS = ("Gbps", "GBps")
+DISTS = ("deepspeed", "torch")
+BACKENDS = ("nccl", "ccl", "mpi", "gloo", "xccl", "hccl")
+
+# The order in which run_all.py runs the ops, and the flag that selects each.
+OPS = ("all_reduce", "all_gather", "all_to_all", "reduce_scatter", "pt2pt", "broadcast")
+
+# --maxsize bounds: 2 gives one scan size (2 elements per row of the n x 2^p tensor);
+# beyond 40 a single message would exceed any memory that exists.
+MIN_MAXSIZE = 2
+MAX_MAXSIZE = 40
+
+# Memory headroom the original adds for all_gather when the one-tensor API is used
+# (no list of n output tensors to keep alive).
+ALL_GATHER_ONE_TENSOR_EXTRA_FACTOR = 0.2

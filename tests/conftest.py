@@ -1,0 +1,140 @@
+"""Launch real ranks of the suite and read what a user reads: the table, stderr, the exit status."""
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+HEADER = re.compile(r"^---- Performance of (\w+) on (\d+) devices -+$")
+ROW_LINE = re.compile(r"^\S")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Row:
+    size: str
+    description: str
+    duration: str
+    throughput: str
+    busbw: str
+
+    @property
+    def numel(self):
+        return int(self.description.split("x")[0])
+
+    @property
+    def element_size(self):
+        return int(self.description.split("x")[1])
+
+
+@dataclass
+class Table:
+    op: str
+    devices: int
+    columns: list
+    rows: list = field(default_factory=list)
+
+
+@dataclass
+class Run:
+    cmd: list
+    returncode: int
+    stdout: str
+    stderr: str
+    tables: list
+
+    def table(self, op):
+        found = [t for t in self.tables if t.op == op]
+        assert len(found) == 1, f"expected one {op} table, got {len(found)}\n{self}"
+        return found[0]
+
+    @property
+    def ops(self):
+        return [t.op for t in self.tables]
+
+    def __str__(self):
+        return (f"$ {' '.join(map(str, self.cmd))}\nexit {self.returncode}\n"
+                f"--- stdout\n{self.stdout}\n--- stderr\n{self.stderr[-6000:]}")
+
+
+def split_row(line):
+    # Columns are padded to 20, 25, 20, 20, 20 characters, one space apart (SPEC §6).
+    cuts = [(0, 20), (21, 46), (47, 67), (68, 88), (89, 109)]
+    return [line[a:b].strip() for a, b in cuts]
+
+
+def parse_tables(stdout):
+    tables, current, lines = [], None, stdout.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        match = HEADER.match(line)
+        if match:
+            columns = split_row(lines[i + 1])
+            assert lines[i + 2] == "-" * 100, f"no dash line under the header:\n{stdout}"
+            current = Table(match.group(1), int(match.group(2)), columns)
+            tables.append(current)
+            i += 3
+            continue
+        if current is not None:
+            if not line.strip():
+                current = None
+            elif not line.startswith("["):  # launcher log lines (deepspeed) are not rows
+                current.rows.append(Row(*split_row(line)))
+        i += 1
+    return tables
+
+
+def base_env(**extra):
+    env = dict(os.environ)
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE",
+                 "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+                 "PMI_SIZE", "MPI_LOCALRANKID"):
+        env.pop(name, None)
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(BIN.parent / "torch_extensions"))
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra)
+    return env
+
+
+def launch(script, *args, nproc=1, launcher=None, env=None, timeout=240):
+    """Run `script` (a file at the repository root) on `nproc` local ranks and parse its output.
+
+    launcher: "python" (one rank), "torchrun" or "deepspeed"; default python for one rank,
+    torchrun otherwise.
+    """
+    launcher = launcher or ("python" if nproc == 1 else "torchrun")
+    port = free_port()
+    if launcher == "python":
+        assert nproc == 1
+        cmd = [sys.executable, script]
+    elif launcher == "torchrun":
+        cmd = [str(BIN / "torchrun"), f"--nproc_per_node={nproc}", f"--master_port={port}", script]
+    elif launcher == "deepspeed":
+        cmd = [str(BIN / "deepspeed"), f"--num_gpus={nproc}", f"--master_port={port}", script]
+    else:
+        raise ValueError(launcher)
+    cmd += [str(a) for a in args]
+    environment = base_env(MASTER_PORT=str(port), **(env or {}))
+    proc = subprocess.run(cmd, cwd=ROOT, env=environment, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return Run(cmd, proc.returncode, proc.stdout, proc.stderr, parse_tables(proc.stdout))
+
+
+@pytest.fixture
+def run():
+    return launch

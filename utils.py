@@ -1,0 +1,819 @@
+"""The shared harness of the communication benchmarks.
+
+Each op script (all_reduce.py, ...) describes its collective as a `Collective`:
+its buffers, the one call that runs it, its bandwidth factors and its size rule.
+Everything else lives here, once: the command line, launcher discovery,
+process-group set-up, the size plan, the timing loop, bandwidth and printing.
+
+Measured calls go through the communication layer the user chose
+(`torch.distributed` or `deepspeed.comm`, held by `Comm.dist`); bookkeeping
+between ranks (agreeing on memory, on an allocation failure, on hostnames)
+always goes through `torch.distributed`, which both layers sit on.
+"""
+
+import argparse
+import contextlib
+import functools
+import math
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+import torch.distributed
+
+import constants
+
+PROG = "commbench"
+
+
+# --------------------------------------------------------------------------- errors
+
+class BenchmarkError(Exception):
+    """An expected failure: bad input or a missing part. One line, no traceback."""
+
+    exit_code = 1
+
+
+class UsageError(BenchmarkError):
+    """The command line or the launcher environment is wrong."""
+
+    exit_code = 2
+
+
+# --------------------------------------------------------------------------- command line
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{message} (see --help)")
+
+
+def _int_at_least(minimum):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    return parse
+
+
+def _maxsize(text):
+    value = _int_at_least(constants.MIN_MAXSIZE)(text)
+    if value > constants.MAX_MAXSIZE:
+        raise argparse.ArgumentTypeError(f"must be <= {constants.MAX_MAXSIZE} (2^{value} elements "
+                                         f"fit no memory), got {value}")
+    return value
+
+
+def _mem_factor(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def _dtype_name(text):
+    get_dtype(text)  # raises with the reason
+    return text
+
+
+def get_dtype(name):
+    """The torch dtype called `name` (`float`, `half`, `bfloat16`, `int32`, ...)."""
+    dtype = getattr(torch, name, None) if name.isidentifier() else None
+    if not isinstance(dtype, torch.dtype):
+        raise argparse.ArgumentTypeError(
+            f"unknown dtype '{name}': use a torch dtype name such as float, half, bfloat16, "
+            "double, int8, uint8, int32 or long")
+    if dtype.is_complex or dtype == torch.bool:
+        raise argparse.ArgumentTypeError(f"dtype '{name}' is not supported: use a real floating "
+                                         "point or integer type")
+    return dtype
+
+
+def benchmark_parser():
+    parser = _Parser(prog=os.path.basename(sys.argv[0]) or PROG,
+                     description="Measure collective communication through deepspeed.comm "
+                                 "or torch.distributed.")
+    parser.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
+                        help="set by launchers; default: from the launcher's environment")
+    parser.add_argument("--trials", type=_int_at_least(1), default=constants.DEFAULT_TRIALS,
+                        help="number of timed iterations (default %(default)s)")
+    parser.add_argument("--warmups", type=_int_at_least(0), default=constants.DEFAULT_WARMUPS,
+                        help="number of untimed iterations before timing (default %(default)s)")
+    parser.add_argument("--maxsize", type=_maxsize, default=constants.DEFAULT_MAXSIZE,
+                        help="scan up to n x 2^(maxsize-1) elements per rank (default %(default)s)")
+    parser.add_argument("--async-op", action="store_true",
+                        help="issue ops with async_op=True (pt2pt: isend/irecv) and wait on "
+                             "every handle inside the timed window")
+    parser.add_argument("--bw-unit", choices=constants.BW_UNITS, default=constants.DEFAULT_UNIT)
+    parser.add_argument("--backend", choices=constants.BACKENDS, default=constants.DEFAULT_BACKEND,
+                        help="communication backend (default: detected from the device)")
+    parser.add_argument("--dist", choices=constants.DISTS, default=constants.DEFAULT_DIST,
+                        help="communication layer to measure (default %(default)s)")
+    parser.add_argument("--scan", action="store_true",
+                        help="sweep message sizes instead of one large message")
+    parser.add_argument("--raw", action="store_true",
+                        help="print sizes in bytes and durations in microseconds, without units")
+    for op in constants.OPS:
+        parser.add_argument(f"--{op.replace('_', '-')}", dest=op, action="store_true",
+                            help=f"run {op} (run_all.py; none given = all)")
+    parser.add_argument("--dtype", type=_dtype_name, default=constants.DEFAULT_TYPE,
+                        help="torch dtype of the buffers (default %(default)s)")
+    parser.add_argument("--mem-factor", type=_mem_factor, default=constants.DEFAULT_MEM_FACTOR,
+                        help="fraction of per-rank memory a single-size run may use, in (0, 1] "
+                             "(default %(default)s)")
+    parser.add_argument("--debug", action="store_true",
+                        help="all_to_all: print a few elements of each rank's buffers")
+    parser.add_argument("--device", default=constants.DEFAULT_DEVICE,
+                        help="cuda, cpu, xpu, hpu, npu, ... (default: detected)")
+    return parser
+
+
+# --------------------------------------------------------------------------- launcher environment
+
+# (launcher, rank, local rank, world size variables in order of preference), searched in this order.
+LAUNCHER_ENVIRONMENTS = (
+    ("torchrun/deepspeed", "RANK", "LOCAL_RANK", ("WORLD_SIZE",)),
+    ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", ("OMPI_COMM_WORLD_SIZE",)),
+    ("MPICH/Intel MPI", "PMI_RANK", "MPI_LOCALRANKID", ("PMI_SIZE",)),
+    ("MVAPICH", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_RANK", ("MV2_COMM_WORLD_SIZE",)),
+    ("Slurm", "SLURM_PROCID", "SLURM_LOCALID", ("SLURM_NTASKS", "SLURM_NPROCS")),
+)
+
+# Variables that say how many ranks share this host, when a launcher sets one.
+LOCAL_WORLD_SIZE_VARIABLES = ("LOCAL_WORLD_SIZE", "LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                              "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE")
+
+
+@dataclass(frozen=True)
+class LaunchEnv:
+    launcher: str
+    rank: int
+    local_rank: int
+    world_size: int
+
+
+def _env_int(environ, name, minimum=0):
+    text = environ[name].strip()
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"launcher environment: {name}={environ[name]!r} is not an integer") from None
+    if value < minimum:
+        raise UsageError(f"launcher environment: {name}={value} must be >= {minimum}")
+    return value
+
+
+def discover_launch_env(environ=None, local_rank_arg=None):
+    """Rank, local rank and world size from the first launcher environment found.
+
+    None found: a world of one. A partial or contradictory set is a UsageError.
+    """
+    environ = os.environ if environ is None else environ
+    for launcher, rank_var, local_var, size_vars in LAUNCHER_ENVIRONMENTS:
+        present = [v for v in (rank_var, local_var) + size_vars if v in environ]
+        if not present:
+            continue
+        size_var = next((v for v in size_vars if v in environ), None)
+        if rank_var not in environ or size_var is None:
+            missing = rank_var if rank_var not in environ else " or ".join(size_vars)
+            raise UsageError(f"incomplete {launcher} environment: {', '.join(present)} set but "
+                             f"{missing} missing; launch with the launcher or set all of them")
+        rank = _env_int(environ, rank_var)
+        world_size = _env_int(environ, size_var, minimum=1)
+        if local_var in environ:
+            local_rank = _env_int(environ, local_var)
+        elif local_rank_arg is not None:
+            local_rank = local_rank_arg
+        else:
+            raise UsageError(f"incomplete {launcher} environment: {local_var} missing "
+                             "(or pass --local_rank)")
+        if local_rank_arg is not None and local_rank_arg != local_rank:
+            raise UsageError(f"--local_rank={local_rank_arg} contradicts {local_var}={local_rank}")
+        if rank >= world_size:
+            raise UsageError(f"launcher environment: {rank_var}={rank} is not below "
+                             f"{size_var}={world_size}")
+        if local_rank >= world_size:
+            raise UsageError(f"launcher environment: {local_var}={local_rank} is not below "
+                             f"{size_var}={world_size}")
+        return LaunchEnv(launcher, rank, local_rank, world_size)
+    if local_rank_arg not in (None, 0):
+        raise UsageError(f"--local_rank={local_rank_arg} given but no launcher environment "
+                         "(RANK, WORLD_SIZE) found")
+    return LaunchEnv("none", 0, 0, 1)
+
+
+def expand_nodelist(nodelist):
+    """Slurm's compressed host list (`node[03-05,07],gpu1`) as a list of host names."""
+    hosts, item, depth = [], "", 0
+    for ch in nodelist + ",":
+        if ch == "," and depth == 0:
+            if item:
+                hosts.extend(_expand_host(item))
+            item = ""
+            continue
+        depth += ch == "["
+        depth -= ch == "]"
+        item += ch
+    return hosts
+
+
+def _expand_host(item):
+    if "[" not in item:
+        return [item]
+    prefix, rest = item.split("[", 1)
+    ranges, suffix = rest.split("]", 1)
+    names = []
+    for part in ranges.split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise UsageError(f"cannot read Slurm node list entry '{item}'; set MASTER_ADDR")
+        for number in range(int(lo), int(hi or lo) + 1):
+            names.extend(_expand_host(f"{prefix}{number:0{len(lo)}d}{suffix}"))
+    return names
+
+
+def _all_ranks_on_this_host(environ, launch):
+    if launch.world_size == 1:
+        return True
+    for name in LOCAL_WORLD_SIZE_VARIABLES:
+        if name in environ:
+            return _env_int(environ, name, minimum=1) == launch.world_size
+    if launch.launcher == "Slurm":
+        nodes = environ.get("SLURM_STEP_NUM_NODES") or environ.get("SLURM_JOB_NUM_NODES") \
+            or environ.get("SLURM_NNODES")
+        return nodes is not None and nodes.strip() == "1"
+    return False
+
+
+def _own_address():
+    """This host's address as other hosts reach it, from the standard library alone."""
+    host = socket.getfqdn()
+    try:
+        infos = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
+    except socket.gaierror:
+        infos = []
+    addresses = [info[4][0] for info in infos]
+    routable = [a for a in addresses if not a.startswith("127.")]
+    return (routable or addresses or ["127.0.0.1"])[0]
+
+
+def master_address(environ, launch):
+    """MASTER_ADDR per SPEC §7: kept, loopback, Slurm's first host, or rank 0's via mpi4py."""
+    if environ.get("MASTER_ADDR"):
+        return environ["MASTER_ADDR"]
+    if _all_ranks_on_this_host(environ, launch):
+        return "127.0.0.1"
+    nodelist = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST") \
+        or environ.get("SLURM_NODELIST")
+    if launch.launcher == "Slurm" and nodelist:
+        return expand_nodelist(nodelist)[0]
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        raise BenchmarkError("ranks span several hosts and MASTER_ADDR is not set: install mpi4py "
+                             "(pip install mpi4py) or export MASTER_ADDR=<address of rank 0>") from None
+    return MPI.COMM_WORLD.bcast(_own_address() if launch.rank == 0 else None, root=0)
+
+
+def master_port(environ):
+    text = environ.get("MASTER_PORT") or str(constants.TORCH_DISTRIBUTED_DEFAULT_PORT)
+    try:
+        port = int(text)
+    except ValueError:
+        raise UsageError(f"MASTER_PORT={text!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise UsageError(f"MASTER_PORT={port} is not a port number (1-65535)")
+    return port
+
+
+# --------------------------------------------------------------------------- device and backend
+
+def _import_ccl():
+    try:
+        import oneccl_bindings_for_pytorch  # noqa: F401  (registers the ccl backend)
+    except ImportError:
+        return False
+    return True
+
+
+def _torch_accelerator():
+    """The device type of torch's current accelerator ('cuda', 'xpu', ...), or None."""
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and accelerator.is_available():
+        return accelerator.current_accelerator().type
+    return "cuda" if torch.cuda.is_available() else None
+
+
+def resolve_device_and_backend(args, ds_accelerator=None):
+    """The device type and backend this run uses, checked to exist; raises BenchmarkError."""
+    if ds_accelerator is not None:
+        available = ds_accelerator.device_name()
+        device = args.device or available
+        backend = args.backend or (ds_accelerator.communication_backend_name()
+                                   if device == available else "gloo")
+    else:
+        available = _torch_accelerator()
+        device = args.device or ("cuda" if available == "cuda" else "cpu")
+        if args.backend:
+            backend = args.backend
+        elif device == "cuda":
+            backend = "nccl"
+        elif device == "cpu":
+            backend = "ccl" if _import_ccl() else "gloo"
+        else:
+            backend = torch.distributed.get_default_backend_for_device(device)
+    if device != "cpu" and device != available:
+        raise BenchmarkError(f"--device {device}: no {device} device is available on this machine; "
+                             "use --device cpu")
+    if backend == "nccl" and (device != "cuda" or not torch.cuda.is_available()):
+        raise BenchmarkError("--backend nccl needs CUDA devices and there are none here "
+                             "(or --device is not cuda); use --backend gloo --device cpu")
+    if backend == "ccl" and not _import_ccl():
+        raise BenchmarkError("--backend ccl needs oneccl_bindings_for_pytorch, which is not "
+                             "installed; install it or use --backend gloo")
+    if backend == "mpi" and not torch.distributed.is_mpi_available():
+        raise BenchmarkError("--backend mpi: this torch was built without MPI support; "
+                             "use --backend gloo (CPU) or nccl (GPU)")
+    if not torch.distributed.is_backend_available(backend):
+        raise BenchmarkError(f"--backend {backend} is not available in this torch build")
+    return device, backend
+
+
+# --------------------------------------------------------------------------- the communication layer
+
+@dataclass
+class Comm:
+    """The communication layer chosen once (torch.distributed or deepspeed.comm) and this
+    rank's place in the world. Handed to every op; never a global."""
+
+    dist: object  # the module whose calls are measured
+    name: str  # "torch" or "deepspeed"
+    backend: str
+    device: torch.device
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    all_gather: Callable  # (output, input, async_op=...) into one tensor
+    reduce_scatter: Callable  # (output, input, async_op=...) SUM into one tensor
+    one_tensor_all_gather: bool
+    accelerator: object = None  # DeepSpeed's accelerator in deepspeed mode
+
+    @property
+    def on_accelerator(self):
+        return self.device.type != "cpu"
+
+    def synchronize(self):
+        if not self.on_accelerator:
+            return
+        if self.accelerator is not None:
+            self.accelerator.synchronize()
+        else:
+            torch.accelerator.synchronize(self.device)
+
+    def barrier(self):
+        self.dist.barrier()
+
+    def sync_all(self):
+        """Device sync then barrier: every rank is idle and at the same point."""
+        self.synchronize()
+        self.barrier()
+        self.synchronize()
+
+    def any_rank(self, flag):
+        """True on every rank when `flag` is true on at least one (bookkeeping, not measured)."""
+        value = torch.tensor([1 if flag else 0], dtype=torch.int32, device=self.device)
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+        return bool(value.item())
+
+    def min_over_ranks(self, number):
+        value = torch.tensor([number], dtype=torch.int64, device=self.device)
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MIN)
+        return int(value.item())
+
+
+def _list_form(collective, world_size):
+    """all_gather / reduce_scatter through the list API, for a torch without one-tensor forms."""
+    if collective == "all_gather":
+        def call(output, input, async_op=False):
+            return torch.distributed.all_gather(list(output.chunk(world_size)), input,
+                                                async_op=async_op)
+    else:
+        def call(output, input, async_op=False):
+            return torch.distributed.reduce_scatter(output, list(input.chunk(world_size)),
+                                                    async_op=async_op)
+    return call
+
+
+def _torch_one_tensor_api(world_size):
+    d = torch.distributed
+    # Newest first: torch 2.13 deprecates *_into_tensor / *_tensor in favour of *_single.
+    gather = getattr(d, "all_gather_single", None) or getattr(d, "all_gather_into_tensor", None)
+    scatter = getattr(d, "reduce_scatter_single", None) or getattr(d, "reduce_scatter_tensor", None)
+    return (gather or _list_form("all_gather", world_size),
+            scatter or _list_form("reduce_scatter", world_size),
+            gather is not None)
+
+
+def _import_deepspeed(device):
+    if device == "cpu":
+        # Spares DeepSpeed's accelerator probe and its warning when the user said cpu.
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    try:
+        # DeepSpeed logs to stdout; the table owns stdout, so its handler is bound to stderr.
+        with contextlib.redirect_stdout(sys.stderr):
+            import deepspeed
+            import deepspeed.comm
+            from deepspeed.accelerator import get_accelerator
+    except ImportError as error:
+        raise BenchmarkError(f"--dist deepspeed needs DeepSpeed, which cannot be imported ({error}); "
+                             "pip install deepspeed, or use --dist torch") from None
+    return deepspeed, deepspeed.comm, get_accelerator()
+
+
+def _init_error(error, port):
+    text = str(error)
+    if "EADDRINUSE" in text or "address already in use" in text.lower():
+        return BenchmarkError(f"MASTER_PORT {port} is already in use on this host: another job "
+                              "holds it; set MASTER_PORT to a free port")
+    return None
+
+
+def init_processes(local_rank, args):
+    """Initialise the process group the way `args.dist` says and return the Comm.
+
+    Reuses an already initialised process group (run_all and tests call the ops in turn).
+    """
+    launch = discover_launch_env(local_rank_arg=local_rank)
+    ds = ds_dist = ds_accelerator = None
+    if args.dist == "deepspeed":
+        ds, ds_dist, ds_accelerator = _import_deepspeed(args.device)
+    device_type, backend = resolve_device_and_backend(args, ds_accelerator)
+
+    if not torch.distributed.is_initialized():
+        os.environ["MASTER_ADDR"] = master_address(os.environ, launch)
+        port = master_port(os.environ)
+        os.environ.update(MASTER_PORT=str(port), RANK=str(launch.rank),
+                          LOCAL_RANK=str(launch.local_rank), WORLD_SIZE=str(launch.world_size))
+        device = _select_device(device_type, launch.local_rank, ds_accelerator)
+        try:
+            if ds is not None:
+                with contextlib.redirect_stdout(sys.stderr):
+                    ds.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
+                                        distributed_port=port, verbose=False)
+            else:
+                torch.distributed.init_process_group(
+                    backend=backend, init_method="env://", rank=launch.rank,
+                    world_size=launch.world_size,
+                    device_id=device if device.type != "cpu" else None)
+        except (RuntimeError, ValueError) as error:  # DistNetworkError is a RuntimeError
+            mapped = _init_error(error, port)
+            if mapped is None:
+                raise
+            raise mapped from None
+    else:
+        device = _select_device(device_type, launch.local_rank, ds_accelerator)
+
+    rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    hostnames = [None] * world_size
+    torch.distributed.all_gather_object(hostnames, socket.gethostname())
+    local_world_size = hostnames.count(socket.gethostname())
+
+    if ds_dist is not None:
+        import warnings
+        # DeepSpeed 0.19 calls torch's deprecated *_into_tensor / *_tensor collectives itself;
+        # the warning is about DeepSpeed's code, not something a user of this suite can act on.
+        warnings.filterwarnings("ignore", message=r"`torch\.distributed\.\w+` is deprecated",
+                                category=FutureWarning)
+        gather = functools.partial(ds_dist.allgather_fn)
+        scatter = functools.partial(ds_dist.reduce_scatter_fn)
+        one_tensor = ds_dist.has_all_gather_into_tensor()
+        dist_module = ds_dist
+    else:
+        gather, scatter, one_tensor = _torch_one_tensor_api(world_size)
+        dist_module = torch.distributed
+    return Comm(dist=dist_module, name=args.dist, backend=backend, device=device, rank=rank,
+                local_rank=launch.local_rank, world_size=world_size,
+                local_world_size=local_world_size, all_gather=gather, reduce_scatter=scatter,
+                one_tensor_all_gather=one_tensor, accelerator=ds_accelerator)
+
+
+def _select_device(device_type, local_rank, ds_accelerator):
+    if device_type == "cpu":
+        return torch.device("cpu")
+    if ds_accelerator is not None:
+        index = local_rank % ds_accelerator.device_count()
+        ds_accelerator.set_device(index)
+    else:
+        index = local_rank % torch.accelerator.device_count()
+        torch.accelerator.set_device_index(index)
+    return torch.device(device_type, index)
+
+
+def teardown():
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+# --------------------------------------------------------------------------- collectives
+
+# How a single-size run sizes its message from the memory it may use (SPEC §4).
+WHOLE = "whole"  # E = M / es, with twice the memory factor (no output buffer)
+GATHERED = "gathered"  # E = 2^floor(log2(M / es / n)); output is n times the input
+SPLIT = "split"  # E = n * 2^floor(log2(M / es / n)); divisible by n
+
+
+@dataclass(frozen=True)
+class Collective:
+    """What nccl-tests calls a collective's descriptor: all the harness needs to know."""
+
+    name: str
+    # bind(comm, input, output, async_op) -> a zero-argument callable that issues the op once
+    # and returns its work handle (or None). Bound once per size: the timed loop only calls it.
+    bind: Callable
+    output_numel: Optional[Callable[[int, int], int]]  # (E, n) -> elements; None: in place
+    algbw_factor: Callable[[int], float]  # Throughput = factor(n) * S / t
+    busbw_factor: Callable[[int], float]  # BusBW = factor(n) * S / t
+    size_rule: str  # WHOLE, GATHERED or SPLIT
+    min_world_size: int = 1
+    shown_world_size: Optional[int] = None  # pt2pt's header always says 2 devices
+    debug: Optional[Callable] = None  # (comm, input, output) -> str, for --debug
+
+
+def get_bw(collective, size, duration, world_size, bw_unit):
+    """(Throughput, BusBW) in bytes/s, or bits/s with Gbps, for `size` bytes per rank."""
+    scale = 8 if bw_unit == "Gbps" else 1
+    rate = size / duration
+    return (collective.algbw_factor(world_size) * rate * scale,
+            collective.busbw_factor(world_size) * rate * scale)
+
+
+# --------------------------------------------------------------------------- sizes
+
+def scan_numels(world_size, maxsize):
+    """Per-rank element counts of a scan: n * 2^p for p = 1 .. maxsize - 1."""
+    return [world_size * 2 ** p for p in range(1, maxsize)]
+
+
+def _available_host_memory():
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        import psutil
+        return psutil.virtual_memory().available
+    except ImportError:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def per_rank_memory(comm):
+    """Bytes one rank may plan on: its device's total memory, or on CPU the host's available
+    memory shared by the ranks on this host. The minimum over ranks, so every rank agrees."""
+    if not comm.on_accelerator:
+        memory = _available_host_memory() // comm.local_world_size
+    elif comm.accelerator is not None:
+        memory = comm.accelerator.total_memory(comm.device.index)
+    else:
+        module = torch.get_device_module(comm.device.type)
+        memory = module.get_device_properties(comm.device.index).total_memory
+    return comm.min_over_ranks(memory)
+
+
+def max_numel(collective, args, comm, memory=None):
+    """The element count of a single-size run (SPEC §4), and the plan as a line of text."""
+    memory = per_rank_memory(comm) if memory is None else memory
+    element_size = torch.empty((), dtype=get_dtype(args.dtype)).element_size()
+    n = comm.world_size
+    if collective.size_rule == WHOLE:
+        factor = 2 * args.mem_factor  # no output buffer, so twice the share
+    elif collective.size_rule == GATHERED and comm.one_tensor_all_gather:
+        factor = args.mem_factor + constants.ALL_GATHER_ONE_TENSOR_EXTRA_FACTOR
+    else:
+        factor = args.mem_factor
+    budget = memory * factor
+    if collective.size_rule == WHOLE:
+        numel = int(budget // element_size)
+    else:
+        per_peer = budget / element_size / n
+        power = 2 ** math.floor(math.log2(per_peer)) if per_peer >= 1 else 0
+        numel = power * (n if collective.size_rule == SPLIT else 1)
+    plan = (f"{collective.name}: single size from per-rank memory {memory} B x {factor:g} = "
+            f"{int(budget)} B -> {numel} elements of {element_size} B")
+    if numel < 1:
+        raise BenchmarkError(f"{collective.name}: --mem-factor {args.mem_factor} of {memory} B per "
+                             "rank leaves no room for one element per rank; raise --mem-factor")
+    return numel, plan
+
+
+# --------------------------------------------------------------------------- timing
+
+class _HostTimer:
+    def start(self):
+        self._start = time.perf_counter()
+
+    def stop(self):
+        return time.perf_counter() - self._start
+
+
+class _EventTimer:
+    def __init__(self, comm):
+        if comm.accelerator is not None:
+            make = functools.partial(comm.accelerator.Event, enable_timing=True)
+        else:
+            make = functools.partial(torch.Event, device=comm.device, enable_timing=True)
+        self._start, self._end, self._comm = make(), make(), comm
+
+    def start(self):
+        self._start.record()
+
+    def stop(self):
+        self._end.record()
+        self._comm.synchronize()
+        return self._start.elapsed_time(self._end) / 1e3
+
+
+def _issue(call, count, async_op):
+    """Issue the op `count` times back to back; with async_op, wait on every handle at the end."""
+    if async_op:
+        works = [call() for _ in range(count)]
+        for work in works:
+            if work is not None:
+                work.wait()
+    else:
+        for _ in range(count):
+            call()
+
+
+def time_op(call, args, comm):
+    """Mean seconds of one trial on this rank (SPEC §5)."""
+    comm.sync_all()
+    _issue(call, args.warmups, args.async_op)
+    comm.sync_all()
+    timer = _EventTimer(comm) if comm.on_accelerator else _HostTimer()
+    timer.start()
+    _issue(call, args.trials, args.async_op)
+    return timer.stop() / args.trials
+
+
+# --------------------------------------------------------------------------- printing
+
+def print_rank_0(comm, message):
+    if comm.rank == 0:
+        print(message, flush=True)
+
+
+def note(comm, message):
+    """A diagnostic on stderr, from rank 0."""
+    if comm.rank == 0:
+        print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+def convert_size(size_bytes):
+    """1024-based human size as the original prints it: 8.0 B, 32.0 KB, 1.5 MB."""
+    if size_bytes == 0:
+        return "0B"
+    names = ("B", "KB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB")
+    index = 0
+    while size_bytes >= 1024 ** (index + 1) and index < len(names) - 1:
+        index += 1
+    return f"{round(size_bytes / 1024 ** index, 2)} {names[index]}"
+
+
+def get_metric_strings(args, tput, busbw, duration):
+    duration_us = duration * 1e6
+    if args.raw:
+        duration_text = f"{duration_us:.3f}"
+    elif duration_us < 1e3:
+        duration_text = f"{duration_us:.3f} us"
+    else:
+        duration_text = f"{duration * 1e3:.3f} ms"
+    return f"{tput / 1e9:.3f}", f"{busbw / 1e9:.3f}", duration_text
+
+
+def print_header(args, op_name, world_size, comm):
+    duration = "Duration (us)" if args.raw else "Duration"
+    tput, busbw = f"Throughput ({args.bw_unit})", f"BusBW ({args.bw_unit})"
+    print_rank_0(comm, f"\n---- Performance of {op_name} on {world_size} devices "
+                       + "-" * 57 + "\n"
+                       f"{'Size (Bytes)':20s} {'Description':25s} {duration:20s} {tput:20s} {busbw:20s}\n"
+                 + "-" * 100)
+
+
+def print_row(args, comm, size, description, duration, tput, busbw):
+    tput_text, busbw_text, duration_text = get_metric_strings(args, tput, busbw, duration)
+    size_text = str(size) if args.raw else convert_size(size)
+    print_rank_0(comm, f"{size_text:<20} {description:25s} {duration_text:20s} "
+                       f"{tput_text:20s} {busbw_text:20s}")
+
+
+# --------------------------------------------------------------------------- running an op
+
+def _is_out_of_memory(error):
+    text = str(error).lower()
+    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in text \
+        or "can't allocate memory" in text
+
+
+def allocate(collective, numel, args, comm):
+    """(input, output) for one size, or None on every rank when any rank ran out of memory.
+
+    The input is an n x (E/n) tensor filled with the rank id, flattened (as the original).
+    """
+    dtype = get_dtype(args.dtype)
+    buffers, failure = None, None
+    try:
+        rows = comm.world_size if numel % comm.world_size == 0 else 1
+        input = torch.ones(rows, numel // rows, dtype=dtype, device=comm.device)
+        input = input.mul_(comm.rank).view(-1)
+        output = None
+        if collective.output_numel is not None:
+            output = torch.zeros(collective.output_numel(numel, comm.world_size), dtype=dtype,
+                                 device=comm.device)
+        buffers = (input, output)
+    except (RuntimeError, MemoryError) as error:
+        if not isinstance(error, MemoryError) and not _is_out_of_memory(error):
+            raise
+        failure = error
+    if comm.any_rank(failure is not None):
+        note(comm, f"WARNING: {collective.name}: out of memory at {numel} elements of {args.dtype} "
+                   "per rank; stopping this op here (lower --mem-factor or --maxsize)")
+        return None
+    return buffers
+
+
+def timed_collective(collective, input, output, args, comm):
+    """Time one message size and print its row; returns (size, duration, tput, busbw)."""
+    call = collective.bind(comm, input, output, args.async_op)
+    duration = time_op(call, args, comm)
+    size = input.element_size() * input.nelement()
+    tput, busbw = get_bw(collective, size, duration, comm.world_size, args.bw_unit)
+    print_row(args, comm, size, f"{input.nelement()}x{input.element_size()}", duration, tput, busbw)
+    if args.debug and collective.debug is not None:
+        print(f"{PROG}: [rank {comm.rank}] {collective.debug(comm, input, output)}",
+              file=sys.stderr, flush=True)
+    return size, duration, tput, busbw
+
+
+def run_collective(collective, args, comm):
+    """The header, then one row per message size: a scan, or the largest size that fits."""
+    if comm.world_size < collective.min_world_size:
+        raise BenchmarkError(f"{collective.name} needs at least {collective.min_world_size} ranks, "
+                             f"this world has {comm.world_size}; launch it with e.g. "
+                             f"torchrun --nproc_per_node {collective.min_world_size}")
+    if args.scan:
+        numels = scan_numels(comm.world_size, args.maxsize)
+    else:
+        numel, plan = max_numel(collective, args, comm)
+        note(comm, plan)
+        numels = [numel]
+    print_header(args, collective.name, collective.shown_world_size or comm.world_size, comm)
+    results = []
+    for numel in numels:
+        buffers = allocate(collective, numel, args, comm)
+        if buffers is None:
+            break
+        results.append(timed_collective(collective, *buffers, args, comm))
+        del buffers
+    return results
+
+
+# --------------------------------------------------------------------------- entry point
+
+def _rank_for_messages():
+    try:
+        return discover_launch_env().rank
+    except BenchmarkError:
+        return 0
+
+
+def cli(run, argv=None):
+    """Parse the command line, call `run(local_rank, args)`, and turn expected failures into one
+    line on stderr (from rank 0 when every rank fails alike) and an exit status."""
+    status = 0
+    try:
+        args = benchmark_parser().parse_args(argv)
+        run(args.local_rank, args)
+    except BenchmarkError as error:
+        status = error.exit_code
+        if _rank_for_messages() == 0:
+            print(f"{PROG}: error: {error}", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        status = 130
+        print(f"{PROG}: interrupted", file=sys.stderr, flush=True)
+    finally:
+        teardown()
+    sys.exit(status)
