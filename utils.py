@@ -671,15 +671,21 @@ def time_op(call, args, comm):
 
 # --------------------------------------------------------------------------- printing
 
+def emit(stream, line):
+    """One line in one write, so that lines of several ranks sharing a pipe never interleave."""
+    stream.write(line + "\n")
+    stream.flush()
+
+
 def print_rank_0(comm, message):
     if comm.rank == 0:
-        print(message, flush=True)
+        emit(sys.stdout, message)
 
 
 def note(comm, message):
     """A diagnostic on stderr, from rank 0."""
     if comm.rank == 0:
-        print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+        emit(sys.stderr, f"{PROG}: {message}")
 
 
 def convert_size(size_bytes):
@@ -763,8 +769,7 @@ def timed_collective(collective, input, output, args, comm):
     tput, busbw = get_bw(collective, size, duration, comm.world_size, args.bw_unit)
     print_row(args, comm, size, f"{input.nelement()}x{input.element_size()}", duration, tput, busbw)
     if args.debug and collective.debug is not None:
-        print(f"{PROG}: [rank {comm.rank}] {collective.debug(comm, input, output)}",
-              file=sys.stderr, flush=True)
+        emit(sys.stderr, f"{PROG}: [rank {comm.rank}] {collective.debug(comm, input, output)}")
     return size, duration, tput, busbw
 
 
@@ -810,10 +815,14 @@ def cli(run, argv=None):
     except BenchmarkError as error:
         status = error.exit_code
         if _rank_for_messages() == 0:
-            print(f"{PROG}: error: {error}", file=sys.stderr, flush=True)
+            emit(sys.stderr, f"{PROG}: error: {error}")
+        else:
+            # Every rank failed alike and rank 0 says why; launchers kill the whole job when the
+            # first rank exits, so the others give rank 0 a moment to be heard.
+            time.sleep(1)
     except KeyboardInterrupt:
         status = 130
-        print(f"{PROG}: interrupted", file=sys.stderr, flush=True)
+        emit(sys.stderr, f"{PROG}: interrupted")
     finally:
         teardown()
     sys.exit(status)

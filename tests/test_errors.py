@@ -1,0 +1,89 @@
+"""Bad input and missing parts: one line on stderr, exit 2 (usage) or 1, no traceback, no hang."""
+
+import pytest
+
+from conftest import ROOT
+
+
+def assert_one_error_line(result, status, text):
+    assert result.returncode == status, result
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    ours = [line for line in lines if line.startswith("commbench: error:")]
+    assert len(ours) == 1, result
+    assert text in ours[0], result
+    assert "Traceback" not in result.stderr, result
+    assert result.tables == []
+
+
+@pytest.mark.parametrize("args,text", [
+    (["--dtype=foo"], "unknown dtype 'foo'"),
+    (["--dtype=complex64"], "not supported"),
+    (["--trials=0"], "--trials: must be >= 1"),
+    (["--warmups=-1"], "--warmups: must be >= 0"),
+    (["--mem-factor=0"], "--mem-factor: must be in (0, 1]"),
+    (["--mem-factor=1.5"], "--mem-factor: must be in (0, 1]"),
+    (["--maxsize=1"], "--maxsize: must be >= 2"),
+    (["--bw-unit=MBps"], "--bw-unit"),
+    (["--dist=horovod"], "--dist"),
+    (["--no-such-flag"], "unrecognized arguments"),
+])
+def test_usage_errors_exit_2(run, args, text):
+    result = run("all_reduce.py", "--dist=torch", *args)
+    assert_one_error_line(result, 2, text)
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("dist", ["torch", "deepspeed"])
+def test_nccl_without_cuda(run, dist):
+    result = run("all_reduce.py", "--backend=nccl", f"--dist={dist}")
+    assert_one_error_line(result, 1, "--backend nccl needs CUDA")
+
+
+def test_cuda_device_without_cuda(run):
+    result = run("all_reduce.py", "--device=cuda", "--dist=torch")
+    assert_one_error_line(result, 1, "no cuda device")
+
+
+def test_ccl_without_bindings(run):
+    result = run("all_reduce.py", "--backend=ccl", "--dist=torch")
+    assert_one_error_line(result, 1, "oneccl_bindings_for_pytorch")
+
+
+def test_mpi_backend_without_mpi_torch(run):
+    result = run("all_reduce.py", "--backend=mpi", "--dist=torch")
+    assert_one_error_line(result, 1, "built without MPI")
+
+
+def test_pt2pt_with_one_rank(run):
+    result = run("pt2pt.py", "--dist=torch", "--scan", "--maxsize=3")
+    assert_one_error_line(result, 1, "pt2pt needs at least 2 ranks")
+
+
+def test_deepspeed_missing(run, tmp_path):
+    (tmp_path / "deepspeed").mkdir()
+    (tmp_path / "deepspeed" / "__init__.py").write_text(
+        "raise ImportError('No module named deepspeed (hidden by the test)')\n")
+    result = run("all_reduce.py", "--scan", "--maxsize=3", env={"PYTHONPATH": str(tmp_path)})
+    assert_one_error_line(result, 1, "--dist deepspeed needs DeepSpeed")
+    assert "--dist torch" in result.stderr
+
+
+def test_usage_error_on_every_rank_is_said_once(run):
+    result = run("all_gather.py", "--dist=torch", "--dtype=bogus", nproc=3, launcher="deepspeed")
+    assert result.returncode != 0
+    ours = [line for line in result.stderr.splitlines() + result.stdout.splitlines()
+            if line.startswith("commbench: error:")]
+    assert ours == ["commbench: error: argument --dtype: unknown dtype 'bogus': use a torch dtype "
+                    "name such as float, half, bfloat16, double, int8, uint8, int32 or long "
+                    "(see --help)"]
+    assert "Traceback" not in result.stderr
+
+
+def test_usage_error_under_torchrun_comes_from_rank_0(run):
+    result = run("all_reduce.py", "--dist=torch", "--trials=0", nproc=2)
+    assert result.returncode != 0
+    assert result.stderr.count("commbench: error: argument --trials") == 1
+    # torchrun's agent prints its own report; none of our files appears in a traceback.
+    frames = [line for line in result.stderr.splitlines() if 'File "' in line]
+    assert frames, "torchrun reports a failed child with its own traceback"
+    assert not [line for line in frames if f'"{ROOT}/' in line and "/.venv/" not in line]

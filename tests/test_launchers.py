@@ -1,0 +1,59 @@
+"""Every op script runs as a script, under each launcher that needs no extra daemon."""
+
+import pytest
+
+from formulas import OPS, check_bandwidth
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_each_op_script_under_torchrun(run, op):
+    result = run(f"{op}.py", "--scan", "--raw", "--maxsize=6", "--trials=2", "--dist=torch", nproc=2)
+    assert result.returncode == 0, result
+    assert result.ops == [op]
+    table = result.table(op)
+    assert table.devices == 2
+    assert [row.description for row in table.rows] == [f"{2 * 2 ** p}x4" for p in range(1, 6)]
+    for row in table.rows:
+        check_bandwidth(op, 2, int(row.size), float(row.duration), row.throughput, row.busbw)
+
+
+@pytest.mark.parametrize("dist", ["deepspeed", "torch"])
+def test_deepspeed_launcher(run, dist):
+    result = run("all_reduce.py", "--scan", "--maxsize=5", "--trials=2", f"--dist={dist}",
+                 nproc=2, launcher="deepspeed")
+    assert result.returncode == 0, result
+    table = result.table("all_reduce")
+    assert table.devices == 2 and len(table.rows) == 4
+
+
+def test_deepspeed_launcher_run_all_default_dist(run):
+    """`deepspeed --num_gpus 2 run_all.py --scan`: the README's main job, in small."""
+    result = run("run_all.py", "--scan", "--maxsize=4", "--trials=2", nproc=2, launcher="deepspeed")
+    assert result.returncode == 0, result
+    assert result.ops == OPS
+
+
+@pytest.mark.parametrize("dist", ["deepspeed", "torch"])
+def test_plain_python_is_a_world_of_one(run, dist):
+    result = run("broadcast.py", "--scan", "--maxsize=5", "--trials=2", f"--dist={dist}")
+    assert result.returncode == 0, result
+    assert result.table("broadcast").devices == 1
+    assert "Traceback" not in result.stderr
+
+
+def test_torchrun_deepspeed_dist_three_ranks(run):
+    result = run("reduce_scatter.py", "--scan", "--raw", "--maxsize=5", "--trials=2",
+                 "--dist=deepspeed", nproc=3)
+    assert result.returncode == 0, result
+    assert [row.description for row in result.table("reduce_scatter").rows] == \
+        [f"{3 * 2 ** p}x4" for p in range(1, 5)]
+
+
+def test_stdout_is_only_the_table(run):
+    """DeepSpeed's own log lines and build messages go to stderr, never into the table."""
+    result = run("all_gather.py", "--scan", "--maxsize=3", "--trials=1", "--dist=deepspeed")
+    assert result.returncode == 0, result
+    lines = result.stdout.splitlines()
+    assert lines[0] == "" and lines[1].startswith("---- Performance of all_gather on 1 devices")
+    assert len(lines) == 4 + 2
+    assert "Warning" not in result.stderr and "deprecated" not in result.stderr
