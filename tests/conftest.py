@@ -138,3 +138,6 @@ def launch(script, *args, nproc=1, launcher=None, env=None, timeout=240):
 @pytest.fixture
 def run():
     return launch
+
+
+sys.path.insert(0, str(ROOT))

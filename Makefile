@@ -1,0 +1,31 @@
+# Two commands for a fresh machine (see README.md):
+#   make bench   create .venv, install, scan all six ops on 2 local CPU ranks
+#   make test    create .venv, install, run the tests
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+NPROC ?= 2
+BENCH_ARGS ?= --scan --device cpu
+
+# DeepSpeed JIT-builds its CPU shared-memory op on first use; keep the build in the venv
+# so that it happens once per venv, not once per run.
+export TORCH_EXTENSIONS_DIR := $(abspath $(VENV))/torch_extensions
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: bench test venv clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -c constraints.txt -r requirements.txt
+	touch $@
+
+bench: venv
+	$(BIN)/deepspeed --num_gpus $(NPROC) run_all.py $(BENCH_ARGS)
+
+test: venv
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache __pycache__ tests/__pycache__
