@@ -24,8 +24,10 @@ $(VENV)/.installed: requirements.txt constraints.txt
 bench: venv
 	$(BIN)/deepspeed --num_gpus $(NPROC) run_all.py $(BENCH_ARGS)
 
+# Open MPI and a one-node Slurm cluster for the launcher tests (root only; skipped otherwise).
 test: venv
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	@scripts/test-services.sh up
+	$(BIN)/python -m pytest $(PYTEST_ARGS); status=$$?; scripts/test-services.sh down; exit $$status
 
 clean:
 	rm -rf $(VENV) .pytest_cache __pycache__ tests/__pycache__

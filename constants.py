@@ -14,6 +14,7 @@ DEFAULT_DIST = "deepspeed"
 DEFAULT_MAXSIZE = 24
 DEFAULT_MEM_FACTOR = 0.3
 TORCH_DISTRIBUTED_DEFAULT_PORT = 29500
+DEFAULT_TIMEOUT = 300  # seconds a rank waits for its peers before giving up
 
 BW_UNITS = ("Gbps", "GBps")
 DISTS = ("deepspeed", "torch")

@@ -18,7 +18,9 @@ import math
 import os
 import socket
 import sys
+import threading
 import time
+from datetime import timedelta
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -33,9 +35,17 @@ PROG = "commbench"
 # --------------------------------------------------------------------------- errors
 
 class BenchmarkError(Exception):
-    """An expected failure: bad input or a missing part. One line, no traceback."""
+    """An expected failure: bad input or a missing part. One line, no traceback.
+
+    Most such failures happen alike on every rank, and rank 0 alone reports them;
+    `rank_local` ones happen on one rank, which reports its own.
+    """
 
     exit_code = 1
+
+    def __init__(self, message, rank_local=False):
+        super().__init__(message)
+        self.rank_local = rank_local
 
 
 class UsageError(BenchmarkError):
@@ -78,6 +88,16 @@ def _mem_factor(text):
         raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def _positive_seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds") from None
+    if not 0 < value < 1e6:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
     return value
 
 
@@ -135,6 +155,9 @@ def benchmark_parser():
                         help="all_to_all: print a few elements of each rank's buffers")
     parser.add_argument("--device", default=constants.DEFAULT_DEVICE,
                         help="cuda, cpu, xpu, hpu, npu, ... (default: detected)")
+    parser.add_argument("--timeout", type=_positive_seconds, default=constants.DEFAULT_TIMEOUT,
+                        help="seconds a rank waits for its peers (rendezvous, process group) "
+                             "before it gives up with an error (default %(default)s)")
     return parser
 
 
@@ -445,8 +468,27 @@ def _init_error(error, port):
     text = str(error)
     if "EADDRINUSE" in text or "address already in use" in text.lower():
         return BenchmarkError(f"MASTER_PORT {port} is already in use on this host: another job "
-                              "holds it; set MASTER_PORT to a free port")
+                              "holds it; set MASTER_PORT to a free port", rank_local=True)
     return None
+
+
+@contextlib.contextmanager
+def deadline(seconds, message):
+    """Ends the process with one error line, exit 1, if the block still runs after `seconds`.
+
+    A rank blocked in a rendezvous or a collective cannot be interrupted from Python; it can
+    only be abandoned, and a benchmark that waits forever costs a cluster reservation.
+    """
+    def expire():
+        emit(sys.stderr, f"{PROG}: error: {message}")
+        os._exit(1)
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def init_processes(local_rank, args):
@@ -466,16 +508,22 @@ def init_processes(local_rank, args):
         os.environ.update(MASTER_PORT=str(port), RANK=str(launch.rank),
                           LOCAL_RANK=str(launch.local_rank), WORLD_SIZE=str(launch.world_size))
         device = _select_device(device_type, launch.local_rank, ds_accelerator)
+        timeout = timedelta(seconds=args.timeout)
+        where = f"{os.environ['MASTER_ADDR']}:{port}"
         try:
-            if ds is not None:
-                with contextlib.redirect_stdout(sys.stderr):
-                    ds.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
-                                        distributed_port=port, verbose=False)
-            else:
-                torch.distributed.init_process_group(
-                    backend=backend, init_method="env://", rank=launch.rank,
-                    world_size=launch.world_size,
-                    device_id=device if device.type != "cpu" else None)
+            with deadline(args.timeout, f"rank {launch.rank}: no rendezvous of {launch.world_size} "
+                                        f"ranks at {where} within {args.timeout:g} s; did every "
+                                        "rank start, and do MASTER_ADDR and MASTER_PORT point to "
+                                        "rank 0?"):
+                if ds is not None:
+                    with contextlib.redirect_stdout(sys.stderr):
+                        ds.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
+                                            distributed_port=port, verbose=False, timeout=timeout)
+                else:
+                    torch.distributed.init_process_group(
+                        backend=backend, init_method="env://", rank=launch.rank,
+                        world_size=launch.world_size, timeout=timeout,
+                        device_id=device if device.type != "cpu" else None)
         except (RuntimeError, ValueError) as error:  # DistNetworkError is a RuntimeError
             mapped = _init_error(error, port)
             if mapped is None:
@@ -489,6 +537,11 @@ def init_processes(local_rank, args):
     torch.distributed.all_gather_object(hostnames, socket.gethostname())
     local_world_size = hostnames.count(socket.gethostname())
 
+    note_rank_0 = f"{PROG}: {args.dist} ({'deepspeed.comm' if ds_dist else 'torch.distributed'}), " \
+        f"backend {torch.distributed.get_backend()}, device {device.type}, {world_size} ranks " \
+        f"on {len(set(hostnames))} host(s), launcher environment: {launch.launcher}"
+    if rank == 0:
+        emit(sys.stderr, note_rank_0)
     if ds_dist is not None:
         import warnings
         # DeepSpeed 0.19 calls torch's deprecated *_into_tensor / *_tensor collectives itself;
@@ -814,7 +867,7 @@ def cli(run, argv=None):
         run(args.local_rank, args)
     except BenchmarkError as error:
         status = error.exit_code
-        if _rank_for_messages() == 0:
+        if error.rank_local or _rank_for_messages() == 0:
             emit(sys.stderr, f"{PROG}: error: {error}")
         else:
             # Every rank failed alike and rank 0 says why; launchers kill the whole job when the

@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -111,25 +112,57 @@ def base_env(**extra):
     return env
 
 
+OPEN_MPI = "/usr/bin/mpirun.openmpi"
+
+
+def launcher_command(launcher, nproc, port, path):
+    """The command line that starts `nproc` ranks with `launcher`, up to the script."""
+    if launcher == "python":
+        assert nproc == 1
+        return [sys.executable]
+    if launcher == "torchrun":
+        return [str(BIN / "torchrun"), f"--nproc_per_node={nproc}", f"--master_port={port}"]
+    if launcher == "deepspeed":
+        return [str(BIN / "deepspeed"), f"--num_gpus={nproc}", f"--master_port={port}"]
+    if launcher == "mpirun":  # MPICH, from the mpich package in the venv
+        return [str(BIN / "mpirun"), "-np", str(nproc), sys.executable]
+    if launcher == "openmpi":  # Open MPI from Debian, kept apart from the venv's MPICH
+        # Debian's Open MPI puts /usr/bin first on the ranks' PATH; `env PATH=...` keeps the
+        # venv's tools (its ninja, which DeepSpeed's JIT build uses) first, as everywhere else.
+        return [OPEN_MPI, "--allow-run-as-root", "--oversubscribe", "-np", str(nproc),
+                "env", f"PATH={path}", sys.executable]
+    if launcher == "srun":
+        return ["srun", "-n", str(nproc), "--overcommit", sys.executable]
+    raise ValueError(launcher)
+
+
+def require_launcher(launcher):
+    """Skip a test whose launcher is not installed here, unless CI says every launcher must run."""
+    program = {"openmpi": OPEN_MPI, "srun": "srun"}.get(launcher)
+    if program is None:
+        return
+    ready = shutil.which(program) is not None
+    if launcher == "srun" and ready:
+        ready = subprocess.run(["sinfo", "-h"], capture_output=True, timeout=30).returncode == 0
+    if not ready:
+        why = f"{launcher} is not available here (scripts/test-services.sh up sets it up, as root)"
+        if os.environ.get("COMMBENCH_REQUIRE_LAUNCHERS"):
+            pytest.fail(why)
+        pytest.skip(why)
+
+
 def launch(script, *args, nproc=1, launcher=None, env=None, timeout=240):
     """Run `script` (a file at the repository root) on `nproc` local ranks and parse its output.
 
-    launcher: "python" (one rank), "torchrun" or "deepspeed"; default python for one rank,
-    torchrun otherwise.
+    launcher: python (one rank), torchrun, deepspeed, mpirun (MPICH), openmpi or srun;
+    default python for one rank, torchrun otherwise.
     """
     launcher = launcher or ("python" if nproc == 1 else "torchrun")
+    require_launcher(launcher)
     port = free_port()
-    if launcher == "python":
-        assert nproc == 1
-        cmd = [sys.executable, script]
-    elif launcher == "torchrun":
-        cmd = [str(BIN / "torchrun"), f"--nproc_per_node={nproc}", f"--master_port={port}", script]
-    elif launcher == "deepspeed":
-        cmd = [str(BIN / "deepspeed"), f"--num_gpus={nproc}", f"--master_port={port}", script]
-    else:
-        raise ValueError(launcher)
-    cmd += [str(a) for a in args]
-    environment = base_env(MASTER_PORT=str(port), **(env or {}))
+    environment = base_env(**{"MASTER_PORT": str(port), **(env or {})})
+    cmd = launcher_command(launcher, nproc, port, environment["PATH"]) + [script] + \
+        [str(a) for a in args]
     proc = subprocess.run(cmd, cwd=ROOT, env=environment, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
     return Run(cmd, proc.returncode, proc.stdout, proc.stderr, parse_tables(proc.stdout))

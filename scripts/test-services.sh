@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# What the launcher tests need beyond the venv (which has MPICH's mpirun from PyPI):
+# Debian's Open MPI (mpirun.openmpi, outside the venv so it never shadows MPICH's mpirun)
+# and a one-node Slurm cluster. Needs root; without it, says what the tests will skip.
+#   scripts/test-services.sh up     install what is missing, start Slurm
+#   scripts/test-services.sh down   stop the Slurm daemons that `up` started
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+STATE=${COMMBENCH_SLURM_DIR:-/tmp/commbench-slurm}
+
+case "${1:-}" in
+up)
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+        echo "test-services: not root or no apt-get: Open MPI and srun tests will be skipped" >&2
+        exit 0
+    fi
+    if [ ! -x /usr/bin/mpirun.openmpi ]; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq && apt-get install -y -qq --no-install-recommends openmpi-bin >/dev/null \
+            || echo "test-services: could not install openmpi-bin" >&2
+    fi
+    if [ -f /etc/slurm/slurm.conf ] && ! grep -q '^ClusterName=commbench$' /etc/slurm/slurm.conf; then
+        echo "test-services: a Slurm configuration of this host's own exists; using it as it is" >&2
+        exit 0
+    fi
+    if sinfo -h >/dev/null 2>&1; then
+        exit 0  # already up
+    fi
+    "$here/slurm-up.sh" && touch "$STATE/started-by-tests"
+    ;;
+down)
+    if [ -f "$STATE/started-by-tests" ]; then
+        "$here/slurm-down.sh"
+        rm -f "$STATE/started-by-tests"
+    fi
+    ;;
+*)
+    echo "usage: $0 up|down" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,59 @@
+"""--backend ccl plumbing, and a MASTER_PORT that another process holds."""
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from formulas import OPS
+
+FAKE_CCL = str(Path(__file__).parent / "fake_ccl")
+
+
+@pytest.mark.parametrize("backend_flag", [["--backend=ccl"], []])
+def test_ccl_plumbing_through_a_gloo_stand_in(run, tmp_path, backend_flag):
+    """tests/fake_ccl registers a "ccl" backend that is gloo underneath (a stand-in: the real
+    oneccl_bindings_for_pytorch is not installable here). All six ops run through it, chosen
+    by --backend ccl or detected on CPU because the bindings import."""
+    result = run("run_all.py", "--dist=torch", "--device=cpu", *backend_flag, "--scan",
+                 "--maxsize=4", "--trials=2", nproc=3,
+                 env={"PYTHONPATH": FAKE_CCL, "FAKE_CCL_MARKER_DIR": str(tmp_path)})
+    assert result.returncode == 0, result
+    assert result.ops == OPS
+    assert "backend ccl, device cpu, 3 ranks" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0", "rank1", "rank2"]
+
+
+@pytest.mark.parametrize("launcher,nproc", [("python", 1), ("mpirun", 2)])
+def test_master_port_in_use(run, launcher, nproc):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        started = time.monotonic()
+        result = run("all_reduce.py", "--dist=torch", "--scan", "--maxsize=3", "--timeout=10",
+                     nproc=nproc, launcher=launcher, env={"MASTER_PORT": str(port)})
+        elapsed = time.monotonic() - started
+    assert result.returncode == 1, result
+    assert f"commbench: error: MASTER_PORT {port} is already in use on this host" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.tables == []
+    if nproc > 1:
+        # Rank 1 reached the other process's socket, not rank 0: its deadline ends it.
+        assert f"rank 1: no rendezvous of 2 ranks at 127.0.0.1:{port} within 10 s" in result.stderr
+    assert elapsed < 10 + 20
+
+
+def test_several_hosts_without_mpi4py_or_master_addr(run, tmp_path):
+    """An Open MPI environment spread over two hosts (local size 1 of 2) needs rank 0's address:
+    with mpi4py hidden and no MASTER_ADDR, one line says what to do."""
+    (tmp_path / "mpi4py").mkdir()
+    (tmp_path / "mpi4py" / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    env = {"PYTHONPATH": str(tmp_path), "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+           "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "1"}
+    result = run("all_reduce.py", "--dist=torch", env=env)
+    assert result.returncode == 1, result
+    assert result.stderr.strip() == ("commbench: error: ranks span several hosts and MASTER_ADDR is "
+                                     "not set: install mpi4py (pip install mpi4py) or export "
+                                     "MASTER_ADDR=<address of rank 0>")
