@@ -12,6 +12,8 @@ ALL_GATHER = utils.Collective(
     algbw_factor=lambda n: n,
     busbw_factor=lambda n: n - 1,  # (nS/t) * (n-1)/n
     size_rule=utils.GATHERED,
+    # Output position i holds element i mod E of rank i div E.
+    expected=lambda values, rank, n, numel, index: values(index // numel, index % numel),
 )
 
 
@@ -20,7 +22,7 @@ def timed_all_gather(input, output, args, comm):
 
 
 def run_all_gather(local_rank, args, comm=None):
-    return utils.run_collective(ALL_GATHER, args, comm or utils.init_processes(local_rank, args))
+    return utils.run_op(ALL_GATHER, local_rank, args, comm)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ ALL_REDUCE = utils.Collective(
     algbw_factor=lambda n: 2,
     busbw_factor=lambda n: 2 * (n - 1) / n,
     size_rule=utils.WHOLE,
+    expected=lambda values, rank, n, numel, index: sum(values(s, index) for s in range(n)),
+    reduces=True,
 )
 
 
@@ -20,7 +22,7 @@ def timed_all_reduce(input, args, comm):
 
 
 def run_all_reduce(local_rank, args, comm=None):
-    return utils.run_collective(ALL_REDUCE, args, comm or utils.init_processes(local_rank, args))
+    return utils.run_op(ALL_REDUCE, local_rank, args, comm)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,12 @@ def _first_of_each_chunk(comm, input, output):
             f"first element of each output chunk={received}{more}")
 
 
+def _received(values, rank, n, numel, index):
+    """Output chunk s (E/n elements) of rank r is chunk r of rank s's input."""
+    chunk = numel // n
+    return values(index // chunk, rank * chunk + index % chunk)
+
+
 ALL_TO_ALL = utils.Collective(
     name="all_to_all",
     bind=lambda comm, input, output, async_op: functools.partial(
@@ -23,6 +29,7 @@ ALL_TO_ALL = utils.Collective(
     algbw_factor=lambda n: 1,
     busbw_factor=lambda n: (n - 1) / n,
     size_rule=utils.SPLIT,
+    expected=_received,
     debug=_first_of_each_chunk,
 )
 
@@ -32,7 +39,7 @@ def timed_all_to_all(input, output, args, comm):
 
 
 def run_all_to_all(local_rank, args, comm=None):
-    return utils.run_collective(ALL_TO_ALL, args, comm or utils.init_processes(local_rank, args))
+    return utils.run_op(ALL_TO_ALL, local_rank, args, comm)
 
 
 if __name__ == "__main__":

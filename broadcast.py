@@ -12,6 +12,7 @@ BROADCAST = utils.Collective(
     algbw_factor=lambda n: 1,
     busbw_factor=lambda n: 1,
     size_rule=utils.WHOLE,
+    expected=lambda values, rank, n, numel, index: values(0, index),
 )
 
 
@@ -20,7 +21,7 @@ def timed_broadcast(input, args, comm):
 
 
 def run_broadcast(local_rank, args, comm=None):
-    return utils.run_collective(BROADCAST, args, comm or utils.init_processes(local_rank, args))
+    return utils.run_op(BROADCAST, local_rank, args, comm)
 
 
 if __name__ == "__main__":

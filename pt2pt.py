@@ -19,6 +19,8 @@ PT2PT = utils.Collective(
     algbw_factor=lambda n: 1,
     busbw_factor=lambda n: 1,
     size_rule=utils.WHOLE,
+    # Rank 1 ends with rank 0's data; every other rank keeps its own.
+    expected=lambda values, rank, n, numel, index: values(0 if rank == 1 else rank, index),
     min_world_size=2,
     shown_world_size=2,
 )
@@ -29,7 +31,7 @@ def timed_pt2pt(input, args, comm):
 
 
 def run_pt2pt(local_rank, args, comm=None):
-    return utils.run_collective(PT2PT, args, comm or utils.init_processes(local_rank, args))
+    return utils.run_op(PT2PT, local_rank, args, comm)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,10 @@ REDUCE_SCATTER = utils.Collective(
     algbw_factor=lambda n: 1,
     busbw_factor=lambda n: (n - 1) / n,
     size_rule=utils.SPLIT,
+    # Rank r keeps the sum of chunk r (E/n elements from r·E/n) of every rank.
+    expected=lambda values, rank, n, numel, index: sum(
+        values(s, rank * (numel // n) + index) for s in range(n)),
+    reduces=True,
 )
 
 
@@ -20,8 +24,7 @@ def timed_reduce_scatter(input, output, args, comm):
 
 
 def run_reduce_scatter(local_rank, args, comm=None):
-    return utils.run_collective(REDUCE_SCATTER, args,
-                                comm or utils.init_processes(local_rank, args))
+    return utils.run_op(REDUCE_SCATTER, local_rank, args, comm)
 
 
 if __name__ == "__main__":

@@ -26,8 +26,8 @@ def selected_ops(args):
 
 
 def main(args, rank):
-    comm = utils.init_processes(rank, args)
     chosen = selected_ops(args)
+    comm = utils.init_processes(rank, args, ops=chosen or constants.OPS)
     for op in chosen or constants.OPS:
         collective, run = OPS[op]
         if not chosen and comm.world_size < collective.min_world_size:
@@ -35,6 +35,7 @@ def main(args, rank):
             utils.note(comm, f"skipping {op}: it needs at least {collective.min_world_size} ranks")
             continue
         run(rank, args, comm)
+    utils.finish(comm)
 
 
 if __name__ == "__main__":

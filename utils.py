@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from datetime import timedelta
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
@@ -155,6 +155,15 @@ def benchmark_parser():
                         help="all_to_all: print a few elements of each rank's buffers")
     parser.add_argument("--device", default=constants.DEFAULT_DEVICE,
                         help="cuda, cpu, xpu, hpu, npu, ... (default: detected)")
+    parser.add_argument("--check", action="store_true",
+                        help="after timing each size, run the op once more on known input and "
+                             "count wrong elements (column Wrong; any wrong: exit status 1)")
+    parser.add_argument("--stats", action="store_true",
+                        help="time every trial too: median, p99 and the slowest rank per size")
+    parser.add_argument("--output", metavar="PATH",
+                        help="write results to PATH as it runs: .jsonl, .csv or .json")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing --output file (default: write PATH.1, PATH.2, ...)")
     parser.add_argument("--timeout", type=_positive_seconds, default=constants.DEFAULT_TIMEOUT,
                         help="seconds a rank waits for its peers (rendezvous, process group) "
                              "before it gives up with an error (default %(default)s)")
@@ -390,7 +399,10 @@ class Comm:
     all_gather: Callable  # (output, input, async_op=...) into one tensor
     reduce_scatter: Callable  # (output, input, async_op=...) SUM into one tensor
     one_tensor_all_gather: bool
+    hostnames: list
     accelerator: object = None  # DeepSpeed's accelerator in deepspeed mode
+    results: object = None  # rank 0's results writer (results.py), with --output
+    failures: list = field(default_factory=list)  # --check: "op at size" that had wrong elements
 
     @property
     def on_accelerator(self):
@@ -423,6 +435,20 @@ class Comm:
         value = torch.tensor([number], dtype=torch.int64, device=self.device)
         torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MIN)
         return int(value.item())
+
+    def sum_over_ranks(self, number):
+        value = torch.tensor([number], dtype=torch.int64, device=self.device)
+        torch.distributed.all_reduce(value)
+        return int(value.item())
+
+    def gather_figures(self, figures):
+        """Every rank's list of floats (all of one length), on every rank."""
+        mine = torch.tensor(figures, dtype=torch.float64, device=self.device)
+        everyone = torch.empty(self.world_size * len(figures), dtype=torch.float64,
+                               device=self.device)
+        all_gather = _torch_one_tensor_api(self.world_size)[0]
+        all_gather(everyone, mine)
+        return everyone.view(self.world_size, len(figures)).tolist()
 
 
 def _list_form(collective, world_size):
@@ -491,10 +517,11 @@ def deadline(seconds, message):
         timer.cancel()
 
 
-def init_processes(local_rank, args):
+def init_processes(local_rank, args, ops=None):
     """Initialise the process group the way `args.dist` says and return the Comm.
 
     Reuses an already initialised process group (run_all and tests call the ops in turn).
+    `ops` names the ops this run will measure, for the results file.
     """
     launch = discover_launch_env(local_rank_arg=local_rank)
     ds = ds_dist = ds_accelerator = None
@@ -538,7 +565,8 @@ def init_processes(local_rank, args):
     local_world_size = hostnames.count(socket.gethostname())
 
     note_rank_0 = f"{PROG}: {args.dist} ({'deepspeed.comm' if ds_dist else 'torch.distributed'}), " \
-        f"backend {torch.distributed.get_backend()}, device {device.type}, {world_size} ranks " \
+        f"backend {torch.distributed.get_backend()}, device {device.type}, {world_size} " \
+        f"rank{'s' if world_size > 1 else ''} " \
         f"on {len(set(hostnames))} host(s), launcher environment: {launch.launcher}"
     if rank == 0:
         emit(sys.stderr, note_rank_0)
@@ -555,10 +583,58 @@ def init_processes(local_rank, args):
     else:
         gather, scatter, one_tensor = _torch_one_tensor_api(world_size)
         dist_module = torch.distributed
-    return Comm(dist=dist_module, name=args.dist, backend=backend, device=device, rank=rank,
+    comm = Comm(dist=dist_module, name=args.dist, backend=backend, device=device, rank=rank,
                 local_rank=launch.local_rank, world_size=world_size,
                 local_world_size=local_world_size, all_gather=gather, reduce_scatter=scatter,
-                one_tensor_all_gather=one_tensor, accelerator=ds_accelerator)
+                one_tensor_all_gather=one_tensor, hostnames=hostnames, accelerator=ds_accelerator)
+    if args.output:
+        comm.results = _open_results(args, comm, ops or [])
+    return comm
+
+
+def _open_results(args, comm, ops):
+    """Rank 0 opens the results file before anything is measured; every rank learns whether
+    that worked, so that none goes on to measure alone."""
+    import results
+    writer, failure = None, None
+    if comm.rank == 0:
+        try:
+            path = results.free_path(args.output, args.overwrite)
+            writer = results.open_writer(path, run_meta(args, comm, ops))
+            if path != args.output:
+                note(comm, f"{args.output} exists; writing {path} (--overwrite replaces it)")
+        except results.ResultsError as error:
+            failure = str(error)
+    if comm.any_rank(failure is not None):
+        raise BenchmarkError(failure or "rank 0 cannot write the results file")
+    return writer
+
+
+def run_meta(args, comm, ops):
+    """The meta record of a results file: what was run, where, with what."""
+    import platform
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    if "deepspeed" in sys.modules:
+        versions["deepspeed"] = sys.modules["deepspeed"].__version__
+    return {
+        "ops": list(ops), "dist": comm.name, "backend": comm.backend, "device": comm.device.type,
+        "dtype": args.dtype, "world_size": comm.world_size, "hostnames": comm.hostnames,
+        "versions": versions, "trials": args.trials, "warmups": args.warmups,
+        "async_op": args.async_op, "scan": args.scan, "maxsize": args.maxsize,
+        "mem_factor": args.mem_factor, "bw_unit": args.bw_unit, "check": args.check,
+        "stats": args.stats, "command": [sys.executable] + sys.argv,
+        "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def finish(comm):
+    """End of a run: close the results file; wrong elements found by --check fail the run."""
+    if comm.results is not None:
+        comm.results.close()
+        comm.results = None
+    if comm.failures:
+        more = f" (and {len(comm.failures) - 1} more)" if len(comm.failures) > 1 else ""
+        raise BenchmarkError(f"--check found wrong elements: {comm.failures[0]}{more}")
 
 
 def _select_device(device_type, local_rank, ds_accelerator):
@@ -598,6 +674,10 @@ class Collective:
     algbw_factor: Callable[[int], float]  # Throughput = factor(n) * S / t
     busbw_factor: Callable[[int], float]  # BusBW = factor(n) * S / t
     size_rule: str  # WHOLE, GATHERED or SPLIT
+    # --check: expected(values, rank, n, E, index) -> the exact result at output positions
+    # `index` (an int64 tensor) of this rank, where values(s, j) is rank s's input element j.
+    expected: Callable
+    reduces: bool = False  # sums over ranks: check values must stay exact when summed
     min_world_size: int = 1
     shown_world_size: Optional[int] = None  # pt2pt's header always says 2 devices
     debug: Optional[Callable] = None  # (comm, input, output) -> str, for --debug
@@ -674,29 +754,38 @@ def max_numel(collective, args, comm, memory=None):
 
 # --------------------------------------------------------------------------- timing
 
-class _HostTimer:
-    def start(self):
-        self._start = time.perf_counter()
+class _HostMarks:
+    """Host clock readings (CPU ranks)."""
 
-    def stop(self):
-        return time.perf_counter() - self._start
+    def __init__(self, count, comm):
+        self._t = [0.0] * count
+
+    def mark(self, i):
+        self._t[i] = time.perf_counter()
+
+    def between(self, i, j):
+        return self._t[j] - self._t[i]
 
 
-class _EventTimer:
-    def __init__(self, comm):
+class _EventMarks:
+    """Device timing events (accelerators): marks on the stream, read after a sync."""
+
+    def __init__(self, count, comm):
         if comm.accelerator is not None:
             make = functools.partial(comm.accelerator.Event, enable_timing=True)
         else:
             make = functools.partial(torch.Event, device=comm.device, enable_timing=True)
-        self._start, self._end, self._comm = make(), make(), comm
+        self._events, self._comm, self._synced = [make() for _ in range(count)], comm, False
 
-    def start(self):
-        self._start.record()
+    def mark(self, i):
+        self._events[i].record()
+        self._synced = False
 
-    def stop(self):
-        self._end.record()
-        self._comm.synchronize()
-        return self._start.elapsed_time(self._end) / 1e3
+    def between(self, i, j):
+        if not self._synced:
+            self._comm.synchronize()
+            self._synced = True
+        return self._events[i].elapsed_time(self._events[j]) / 1e3
 
 
 def _issue(call, count, async_op):
@@ -711,15 +800,145 @@ def _issue(call, count, async_op):
             call()
 
 
+def _issue_marked(call, count, async_op, marks, delay):
+    """As _issue, with marks around every trial (--stats): mark 2i-1 before trial i is called,
+    mark 2i after it returns. With async_op a trial is its launch; the final waits belong to
+    the last trial. `delay` (a test hook) sleeps before each trial, outside the op."""
+    works = []
+    for i in range(1, count + 1):
+        if delay:
+            time.sleep(delay)
+        marks.mark(2 * i - 1)
+        work = call()
+        if async_op:
+            works.append(work)
+        marks.mark(2 * i)
+    for work in works:
+        if work is not None:
+            work.wait()
+
+
+@dataclass
+class Timing:
+    mean: float  # seconds of one trial: the timed window / trials (SPEC §5)
+    trials: Optional[list] = None  # with --stats: seconds of each trial, end to end
+    late: float = 0.0  # with --stats: mean seconds between a trial's end and the next call
+
+
+DELAY_VARIABLE = "COMMBENCH_INJECT_DELAY"
+
+
+def _injected_delay(comm):
+    """Test hook: COMMBENCH_INJECT_DELAY=rank:seconds makes that rank late for every trial."""
+    target = os.environ.get(DELAY_VARIABLE, "")
+    rank, _, seconds = target.partition(":")
+    return float(seconds) if rank == str(comm.rank) else 0.0
+
+
 def time_op(call, args, comm):
-    """Mean seconds of one trial on this rank (SPEC §5)."""
+    """Time `args.trials` calls on this rank, after `args.warmups` untimed ones."""
     comm.sync_all()
     _issue(call, args.warmups, args.async_op)
     comm.sync_all()
-    timer = _EventTimer(comm) if comm.on_accelerator else _HostTimer()
-    timer.start()
-    _issue(call, args.trials, args.async_op)
-    return timer.stop() / args.trials
+    count = args.trials
+    marks = (_EventMarks if comm.on_accelerator else _HostMarks)(2 * count + 1 if args.stats else 2,
+                                                                 comm)
+    marks.mark(0)
+    if args.stats:
+        _issue_marked(call, count, args.async_op, marks, _injected_delay(comm))
+        marks.mark(2 * count)  # after the waits of async ops
+        trials = [marks.between(2 * i - 2, 2 * i) for i in range(1, count + 1)]
+        late = sum(marks.between(2 * i - 2, 2 * i - 1) for i in range(1, count + 1)) / count
+        return Timing(marks.between(0, 2 * count) / count, trials, late)
+    _issue(call, count, args.async_op)
+    marks.mark(1)
+    return Timing(marks.between(0, 1) / count)
+
+
+def percentile(ordered, q):
+    """The q-th percentile of an ascending list, interpolated linearly between neighbours."""
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+STATS = ("min_s", "median_s", "p99_s", "max_s", "cv")
+
+
+def summarize(durations):
+    """min, median, p99, max and coefficient of variation of one rank's trial durations."""
+    ordered = sorted(durations)
+    mean = sum(ordered) / len(ordered)
+    spread = math.sqrt(sum((d - mean) ** 2 for d in ordered) / len(ordered))
+    figures = (ordered[0], percentile(ordered, 50), percentile(ordered, 99), ordered[-1],
+               spread / mean if mean > 0 else 0.0)
+    return dict(zip(STATS, figures))
+
+
+# --------------------------------------------------------------------------- correctness
+
+def exact_integer_limit(dtype):
+    """The largest m such that every integer 0..m is exact in `dtype`."""
+    if dtype.is_floating_point:
+        return int(2 / torch.finfo(dtype).eps)
+    return torch.iinfo(dtype).max
+
+
+@dataclass(frozen=True)
+class CheckValues:
+    """Rank s's input element j is (7s + j) mod m: small integers, so results are exact in every
+    dtype, and neighbouring ranks and elements differ."""
+
+    modulus: int
+
+    def __call__(self, source, index):
+        return (source * 7 + index) % self.modulus
+
+
+def check_values(collective, dtype, world_size):
+    limit = exact_integer_limit(dtype)
+    top = limit // world_size if collective.reduces else limit
+    return CheckValues(max(1, min(101, top + 1)))
+
+
+CHECK_CHUNK = 1 << 22  # elements compared at a time, to bound the memory of the check
+
+
+def count_wrong(collective, call, input, output, args, comm):
+    """Run the op once on known input and count this rank's wrong result elements."""
+    values = check_values(collective, input.dtype, comm.world_size)
+    numel = input.numel()
+    for lo in range(0, numel, CHECK_CHUNK):
+        index = torch.arange(lo, min(lo + CHECK_CHUNK, numel), device=comm.device)
+        input[lo:lo + len(index)] = values(comm.rank, index).to(input.dtype)
+    result = input if output is None else output
+    if output is not None:
+        sentinel = values.modulus if values.modulus <= exact_integer_limit(output.dtype) else 0
+        output.fill_(sentinel)  # a value no rank sends: an element left untouched is wrong
+    comm.sync_all()
+    work = call()
+    if args.async_op and work is not None:
+        work.wait()
+    comm.synchronize()
+    _inject_fault(collective, comm, result)
+    wrong = 0
+    for lo in range(0, result.numel(), CHECK_CHUNK):
+        index = torch.arange(lo, min(lo + CHECK_CHUNK, result.numel()), device=comm.device)
+        want = collective.expected(values, comm.rank, comm.world_size, numel, index)
+        wrong += int((result[lo:lo + len(index)] != want.to(result.dtype)).sum().item())
+    return wrong
+
+
+FAULT_VARIABLE = "COMMBENCH_INJECT_WRONG"
+
+
+def _inject_fault(collective, comm, result):
+    """Test hook: COMMBENCH_INJECT_WRONG=op:rank alters one result element of that op on that
+    rank, so tests can prove that --check catches corruption."""
+    target = os.environ.get(FAULT_VARIABLE)
+    if target and target == f"{collective.name}:{comm.rank}" and result.numel():
+        result[0] += 1
 
 
 # --------------------------------------------------------------------------- printing
@@ -763,20 +982,38 @@ def get_metric_strings(args, tput, busbw, duration):
     return f"{tput / 1e9:.3f}", f"{busbw / 1e9:.3f}", duration_text
 
 
+def _extra_columns(args):
+    """(title, width) of the columns after BusBW: --stats figures, then --check's Wrong."""
+    unit = " (us)" if args.raw else ""
+    columns = []
+    if args.stats:
+        columns += [(f"Median{unit}", 20), (f"P99{unit}", 20), ("Slowest", 10)]
+    if args.check:
+        columns.append(("Wrong", 10))
+    return columns
+
+
 def print_header(args, op_name, world_size, comm):
     duration = "Duration (us)" if args.raw else "Duration"
     tput, busbw = f"Throughput ({args.bw_unit})", f"BusBW ({args.bw_unit})"
+    extra = "".join(f" {title:{width}s}" for title, width in _extra_columns(args))
     print_rank_0(comm, f"\n---- Performance of {op_name} on {world_size} devices "
                        + "-" * 57 + "\n"
-                       f"{'Size (Bytes)':20s} {'Description':25s} {duration:20s} {tput:20s} {busbw:20s}\n"
-                 + "-" * 100)
+                       f"{'Size (Bytes)':20s} {'Description':25s} {duration:20s} {tput:20s} "
+                       f"{busbw:20s}{extra}\n" + "-" * 100)
 
 
-def print_row(args, comm, size, description, duration, tput, busbw):
+def print_row(args, comm, size, description, duration, tput, busbw, extra=()):
+    """One row; `extra` holds the texts of the columns after BusBW, in _extra_columns order."""
     tput_text, busbw_text, duration_text = get_metric_strings(args, tput, busbw, duration)
     size_text = str(size) if args.raw else convert_size(size)
+    tail = "".join(f" {text:{width}s}" for text, (_, width) in zip(extra, _extra_columns(args)))
     print_rank_0(comm, f"{size_text:<20} {description:25s} {duration_text:20s} "
-                       f"{tput_text:20s} {busbw_text:20s}")
+                       f"{tput_text:20s} {busbw_text:20s}{tail}")
+
+
+def duration_text(args, seconds):
+    return get_metric_strings(args, 0, 0, seconds)[2]
 
 
 # --------------------------------------------------------------------------- running an op
@@ -815,15 +1052,61 @@ def allocate(collective, numel, args, comm):
 
 
 def timed_collective(collective, input, output, args, comm):
-    """Time one message size and print its row; returns (size, duration, tput, busbw)."""
+    """Time one message size, check it with --check, print its row and record it.
+
+    Returns the record written to the results file (figures in bytes, seconds, bytes/s).
+    """
     call = collective.bind(comm, input, output, args.async_op)
-    duration = time_op(call, args, comm)
-    size = input.element_size() * input.nelement()
-    tput, busbw = get_bw(collective, size, duration, comm.world_size, args.bw_unit)
-    print_row(args, comm, size, f"{input.nelement()}x{input.element_size()}", duration, tput, busbw)
+    timing = time_op(call, args, comm)
+    wrong = None
+    if args.check:
+        wrong = comm.sum_over_ranks(count_wrong(collective, call, input, output, args, comm))
+    mine = [timing.mean]
+    if args.stats:
+        mine += [summarize(timing.trials)[k] for k in STATS] + [timing.late]
+    per_rank = comm.gather_figures(mine)
+
+    n, size, numel = comm.world_size, input.element_size() * input.nelement(), input.nelement()
+    tput, busbw = get_bw(collective, size, timing.mean, n, "GBps")
+    record = {"op": collective.name, "world_size": n, "size_bytes": size, "numel": numel,
+              "element_size": input.element_size(), "trials": args.trials,
+              "duration_s": timing.mean, "throughput_Bps": tput, "busbw_Bps": busbw,
+              "durations_per_rank_s": [figures[0] for figures in per_rank], "wrong": wrong}
+    extra = []
+    if args.stats:
+        record["stats"] = dict(zip(STATS, per_rank[0][1:]))
+        record["stats_per_rank"] = [dict(zip(STATS + ("late_s",), figures[1:]))
+                                    for figures in per_rank]
+        # The straggler is the rank the others wait for: in a collective every rank's trials
+        # end together, so the one that is slowest is the one that comes latest to each call.
+        slowest = max(range(n), key=lambda r: per_rank[r][-1])
+        record["slowest_rank"] = slowest
+        extra = [duration_text(args, record["stats"]["median_s"]),
+                 duration_text(args, record["stats"]["p99_s"]), str(slowest)]
+    if args.check:
+        extra.append(str(wrong))
+        if wrong:
+            comm.failures.append(f"{collective.name} at {size} bytes per rank: {wrong} wrong "
+                                 f"element{'s' if wrong > 1 else ''}")
+    scale = 8 if args.bw_unit == "Gbps" else 1
+    print_row(args, comm, size, f"{numel}x{input.element_size()}", timing.mean, tput * scale,
+              busbw * scale, extra)
+    if comm.results is not None:
+        comm.results.add(record)
     if args.debug and collective.debug is not None:
         emit(sys.stderr, f"{PROG}: [rank {comm.rank}] {collective.debug(comm, input, output)}")
-    return size, duration, tput, busbw
+    return record
+
+
+def _progress(comm, op_name, total):
+    """A progress bar over the sizes of an op, on rank 0 when stderr is a terminal; else None."""
+    if comm.rank != 0 or total < 2 or not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=op_name, unit="size", leave=False, file=sys.stderr)
 
 
 def run_collective(collective, args, comm):
@@ -839,14 +1122,31 @@ def run_collective(collective, args, comm):
         note(comm, plan)
         numels = [numel]
     print_header(args, collective.name, collective.shown_world_size or comm.world_size, comm)
-    results = []
+    records, bar = [], _progress(comm, collective.name, len(numels))
     for numel in numels:
         buffers = allocate(collective, numel, args, comm)
         if buffers is None:
             break
-        results.append(timed_collective(collective, *buffers, args, comm))
+        if bar is not None:
+            bar.clear()  # the row goes where the bar was; the bar is redrawn below it
+        records.append(timed_collective(collective, *buffers, args, comm))
         del buffers
-    return results
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return records
+
+
+def run_op(collective, local_rank, args, comm=None):
+    """What `run_<op>(local_rank, args)` does: run one op in the given Comm, or in one of its
+    own (then the run ends here: results closed, --check failures raised)."""
+    if comm is not None:
+        return run_collective(collective, args, comm)
+    comm = init_processes(local_rank, args, ops=[collective.name])
+    records = run_collective(collective, args, comm)
+    finish(comm)
+    return records
 
 
 # --------------------------------------------------------------------------- entry point

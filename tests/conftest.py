@@ -30,6 +30,7 @@ class Row:
     duration: str
     throughput: str
     busbw: str
+    extra: list = field(default_factory=list)  # --stats and --check columns
 
     @property
     def numel(self):
@@ -71,9 +72,11 @@ class Run:
 
 
 def split_row(line):
-    # Columns are padded to 20, 25, 20, 20, 20 characters, one space apart (SPEC §6).
+    # Columns are padded to 20, 25, 20, 20, 20 characters, one space apart (SPEC §6); the
+    # --stats and --check columns after them are separated by runs of spaces.
     cuts = [(0, 20), (21, 46), (47, 67), (68, 88), (89, 109)]
-    return [line[a:b].strip() for a, b in cuts]
+    return [line[a:b].strip() for a, b in cuts] + [re.split(r"\s{2,}", line[110:].strip())
+                                                    if line[110:].strip() else []]
 
 
 def parse_tables(stdout):
@@ -83,7 +86,8 @@ def parse_tables(stdout):
         line = lines[i]
         match = HEADER.match(line)
         if match:
-            columns = split_row(lines[i + 1])
+            *columns, extra = split_row(lines[i + 1])
+            columns += extra
             assert lines[i + 2] == "-" * 100, f"no dash line under the header:\n{stdout}"
             current = Table(match.group(1), int(match.group(2)), columns)
             tables.append(current)
@@ -174,3 +178,13 @@ def run():
 
 
 sys.path.insert(0, str(ROOT))
+
+
+def assert_no_traceback(result):
+    """No Python traceback from our code. torchrun's agent reports a failed child with a
+    traceback of its own (frames in the venv), which is torchrun's, not ours."""
+    if "Traceback" not in result.stderr:
+        return
+    frames = [line for line in result.stderr.splitlines() if line.strip().startswith('File "')]
+    ours = [line for line in frames if f'"{ROOT}/' in line and "/.venv/" not in line]
+    assert "torchrun" in " ".join(map(str, result.cmd)) and not ours, result

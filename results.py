@@ -1,0 +1,161 @@
+"""Result files for programs: `.jsonl`, `.csv` or `.json`, chosen by the extension.
+
+Rank 0 writes. Every record is on disk (flushed, and for `.json` atomically replaced) as
+soon as its message size is measured, so a run that dies keeps every completed size.
+Standard library only.
+"""
+
+import csv
+import io
+import json
+import os
+
+FORMATS = (".jsonl", ".csv", ".json")
+
+# The columns of a .csv file, in order; nested figures are flattened to these names.
+CSV_FIELDS = (
+    "op", "dist", "backend", "device", "dtype", "world_size", "size_bytes", "numel",
+    "element_size", "trials", "duration_s", "throughput_Bps", "busbw_Bps", "wrong",
+    "min_s", "median_s", "p99_s", "max_s", "cv", "slowest_rank", "durations_per_rank_s",
+)
+
+
+class ResultsError(Exception):
+    """The results path cannot be written."""
+
+
+def output_format(path):
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in FORMATS:
+        raise ResultsError(f"--output {path}: the extension must be one of {', '.join(FORMATS)}")
+    return extension
+
+
+def free_path(path, overwrite):
+    """`path`, or when it exists and `overwrite` is off, the first free `path.1`, `path.2`, ..."""
+    if overwrite or not os.path.exists(path):
+        return path
+    number = 1
+    while os.path.exists(f"{path}.{number}"):
+        number += 1
+    return f"{path}.{number}"
+
+
+def open_writer(path, meta):
+    """A writer for `path` whose meta record is already on disk; raises ResultsError when the
+    path cannot be written (checked before anything is measured)."""
+    kind = output_format(path)
+    if os.path.isdir(path):
+        raise ResultsError(f"--output {path} is a directory; give a file name ending in {kind}")
+    try:
+        handle = open(path, "w", newline="" if kind == ".csv" else None)
+    except OSError as error:
+        raise ResultsError(f"--output {path} cannot be written: {error.strerror}") from None
+    writer = {".jsonl": JsonlWriter, ".csv": CsvWriter, ".json": JsonWriter}[kind](path, handle)
+    writer.start(meta)
+    return writer
+
+
+def _flush(handle):
+    handle.flush()
+    os.fsync(handle.fileno())
+
+
+class JsonlWriter:
+    """One JSON object a line: the meta record, then one record per measured size."""
+
+    def __init__(self, path, handle):
+        self.path, self._handle = path, handle
+
+    def start(self, meta):
+        self._write({"type": "meta", **meta})
+
+    def add(self, record):
+        self._write({"type": "result", **record})
+
+    def _write(self, obj):
+        self._handle.write(json.dumps(obj) + "\n")
+        _flush(self._handle)
+
+    def close(self):
+        self._handle.close()
+
+
+class CsvWriter:
+    """A header, then one row per measured size (the run's settings repeated on each row)."""
+
+    def __init__(self, path, handle):
+        self.path, self._handle = path, handle
+        self._csv = csv.DictWriter(handle, fieldnames=CSV_FIELDS, extrasaction="ignore")
+
+    def start(self, meta):
+        self._meta = meta
+        self._csv.writeheader()
+        _flush(self._handle)
+
+    def add(self, record):
+        row = {key: self._meta.get(key) for key in ("dist", "backend", "device", "dtype")}
+        row.update(record)
+        row.update(record.get("stats") or {})
+        row["durations_per_rank_s"] = " ".join(repr(d) for d in record["durations_per_rank_s"])
+        self._csv.writerow({k: ("" if v is None else v) for k, v in row.items()})
+        _flush(self._handle)
+
+    def close(self):
+        self._handle.close()
+
+
+class JsonWriter:
+    """One document {"meta": ..., "results": [...]}, replaced atomically after each size."""
+
+    def __init__(self, path, handle):
+        handle.close()  # the file is rewritten whole, through a temporary beside it
+        self.path, self._document = path, None
+
+    def start(self, meta):
+        self._document = {"meta": meta, "results": []}
+        self._replace()
+
+    def add(self, record):
+        self._document["results"].append(record)
+        self._replace()
+
+    def _replace(self):
+        temporary = f"{self.path}.tmp{os.getpid()}"
+        with open(temporary, "w") as handle:
+            json.dump(self._document, handle, indent=1)
+            _flush(handle)
+        os.replace(temporary, self.path)
+
+    def close(self):
+        pass
+
+
+def read(path):
+    """(meta, records) from a results file of any of the three formats."""
+    kind = output_format(path)
+    with open(path, newline="" if kind == ".csv" else None) as handle:
+        text = handle.read()
+    if kind == ".json":
+        document = json.loads(text)
+        return document["meta"], document["results"]
+    if kind == ".jsonl":
+        lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+        meta = next((line for line in lines if line.get("type") == "meta"), {})
+        return meta, [line for line in lines if line.get("type") == "result"]
+    rows = list(csv.DictReader(io.StringIO(text)))
+    return {}, [_typed_csv_row(row) for row in rows]
+
+
+def _typed_csv_row(row):
+    integers = ("world_size", "size_bytes", "numel", "element_size", "trials", "wrong",
+                "slowest_rank")
+    floats = ("duration_s", "throughput_Bps", "busbw_Bps", "min_s", "median_s", "p99_s", "max_s",
+              "cv")
+    typed = dict(row)
+    for key in integers:
+        typed[key] = int(row[key]) if row.get(key) else None
+    for key in floats:
+        typed[key] = float(row[key]) if row.get(key) else None
+    typed["durations_per_rank_s"] = [float(x) for x in row["durations_per_rank_s"].split()]
+    return typed
