@@ -25,14 +25,23 @@ class ResultsError(Exception):
 
 
 def output_format(path):
-    extension = os.path.splitext(path)[1].lower()
+    """The format of `path` by its extension; `r.jsonl.2` (see free_path) is a .jsonl file."""
+    stem, extension = os.path.splitext(path)
+    if extension[1:].isdigit():
+        extension = os.path.splitext(stem)[1]
+    extension = extension.lower()
     if extension not in FORMATS:
         raise ResultsError(f"--output {path}: the extension must be one of {', '.join(FORMATS)}")
     return extension
 
 
 def free_path(path, overwrite):
-    """`path`, or when it exists and `overwrite` is off, the first free `path.1`, `path.2`, ..."""
+    """`path`, or when it exists and `overwrite` is off, the first free `path.1`, `path.2`, ...
+    (earlier results are never destroyed by accident)."""
+    if os.path.isdir(path):
+        raise ResultsError(f"--output {path} is a directory; give a file name ending in "
+                           f"{' or '.join(FORMATS)}")
+    output_format(path)
     if overwrite or not os.path.exists(path):
         return path
     number = 1
@@ -45,8 +54,6 @@ def open_writer(path, meta):
     """A writer for `path` whose meta record is already on disk; raises ResultsError when the
     path cannot be written (checked before anything is measured)."""
     kind = output_format(path)
-    if os.path.isdir(path):
-        raise ResultsError(f"--output {path} is a directory; give a file name ending in {kind}")
     try:
         handle = open(path, "w", newline="" if kind == ".csv" else None)
     except OSError as error:
