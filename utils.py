@@ -81,24 +81,21 @@ def _maxsize(text):
     return value
 
 
-def _mem_factor(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return value
+def _float_in(low, high, what):
+    """A parser of floats in (low, high]; `what` says the range in the error message."""
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+        if not low < value <= high:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text}")
+        return value
+    return parse
 
 
-def _positive_seconds(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds") from None
-    if not 0 < value < 1e6:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
+_mem_factor = _float_in(0, 1, "in (0, 1]")
+_positive_seconds = _float_in(0, 1e6, "a positive number of seconds")
 
 
 def _dtype_name(text):

@@ -50,10 +50,14 @@ def test_check_catches_one_wrong_element(run, op, nproc, rank, dist):
 
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "double", "bfloat16"])
 def test_check_small_types_at_world_size_3_single_size(run, dtype):
-    """Values stay exact even for 8-bit and bfloat16 sums; single-size runs check too."""
+    """Values stay exact even for 8-bit and bfloat16 sums; single-size runs check too.
+    (all_gather is left out: its single size takes mem-factor + 0.2 of memory, SPEC §4,
+    gigabytes here, and it is checked in every scan.)"""
     result = run("run_all.py", "--check", "--mem-factor=0.000002", "--trials=1",
-                 f"--dtype={dtype}", "--dist=torch", nproc=3)
+                 f"--dtype={dtype}", "--dist=torch", "--all-reduce", "--all-to-all",
+                 "--reduce-scatter", "--pt2pt", "--broadcast", nproc=3)
     assert result.returncode == 0, result
+    assert len(result.tables) == 5
     assert all(row.extra[-1] == "0" for table in result.tables for row in table.rows)
 
 
