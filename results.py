@@ -17,6 +17,7 @@ CSV_FIELDS = (
     "op", "dist", "backend", "device", "dtype", "world_size", "size_bytes", "numel",
     "element_size", "trials", "duration_s", "throughput_Bps", "busbw_Bps", "wrong",
     "min_s", "median_s", "p99_s", "max_s", "cv", "slowest_rank", "durations_per_rank_s",
+    "trials_per_rank",
 )
 
 
@@ -104,7 +105,8 @@ class CsvWriter:
         row = {key: self._meta.get(key) for key in ("dist", "backend", "device", "dtype")}
         row.update(record)
         row.update(record.get("stats") or {})
-        row["durations_per_rank_s"] = " ".join(repr(d) for d in record["durations_per_rank_s"])
+        for key in ("durations_per_rank_s", "trials_per_rank"):
+            row[key] = " ".join(repr(x) for x in record[key])
         self._csv.writerow({k: ("" if v is None else v) for k, v in row.items()})
         _flush(self._handle)
 
@@ -165,4 +167,5 @@ def _typed_csv_row(row):
     for key in floats:
         typed[key] = float(row[key]) if row.get(key) else None
     typed["durations_per_rank_s"] = [float(x) for x in row["durations_per_rank_s"].split()]
+    typed["trials_per_rank"] = [int(x) for x in row["trials_per_rank"].split()]
     return typed

@@ -161,6 +161,9 @@ def benchmark_parser():
                         help="write results to PATH as it runs: .jsonl, .csv or .json")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing --output file (default: write PATH.1, PATH.2, ...)")
+    parser.add_argument("--time-budget", type=_positive_seconds, default=None, metavar="SECONDS",
+                        help="per message size, time about this long: the trial count comes "
+                             "from the warmups' pace, at least 5 and at most --trials")
     parser.add_argument("--timeout", type=_positive_seconds, default=constants.DEFAULT_TIMEOUT,
                         help="seconds a rank waits for its peers (rendezvous, process group) "
                              "before it gives up with an error (default %(default)s)")
@@ -619,6 +622,7 @@ def run_meta(args, comm, ops):
         "versions": versions, "trials": args.trials, "warmups": args.warmups,
         "async_op": args.async_op, "scan": args.scan, "maxsize": args.maxsize,
         "mem_factor": args.mem_factor, "bw_unit": args.bw_unit, "check": args.check,
+        "time_budget": args.time_budget,
         "stats": args.stats, "command": [sys.executable] + sys.argv,
         "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -818,6 +822,7 @@ def _issue_marked(call, count, async_op, marks, delay):
 @dataclass
 class Timing:
     mean: float  # seconds of one trial: the timed window / trials (SPEC §5)
+    count: int  # trials timed
     trials: Optional[list] = None  # with --stats: seconds of each trial, end to end
     late: float = 0.0  # with --stats: mean seconds between a trial's end and the next call
 
@@ -832,12 +837,31 @@ def _injected_delay(comm):
     return float(seconds) if rank == str(comm.rank) else 0.0
 
 
+MIN_BUDGET_TRIALS = 5
+
+
+def trial_count(args, comm, warmup_seconds):
+    """--trials, or with --time-budget the count that fills the budget at the warmups' pace
+    (at least 5, at most --trials). Rank 0 decides and every rank uses its number: ranks that
+    disagreed on a loop count would leave one waiting in a collective forever."""
+    if args.time_budget is None:
+        return args.trials
+    per_trial = warmup_seconds / max(args.warmups, 1)
+    wanted = args.time_budget / per_trial if per_trial > 0 else args.trials
+    count = torch.tensor([max(MIN_BUDGET_TRIALS, min(args.trials, int(wanted)))],
+                         dtype=torch.int64, device=comm.device)
+    torch.distributed.broadcast(count, 0)
+    return int(count.item())
+
+
 def time_op(call, args, comm):
-    """Time `args.trials` calls on this rank, after `args.warmups` untimed ones."""
+    """Time the trials on this rank (trial_count of them), after `args.warmups` untimed ones."""
     comm.sync_all()
-    _issue(call, args.warmups, args.async_op)
+    started = time.perf_counter()
+    # --time-budget needs a pace even without warmups: one untimed call then.
+    _issue(call, args.warmups or (1 if args.time_budget else 0), args.async_op)
     comm.sync_all()
-    count = args.trials
+    count = trial_count(args, comm, time.perf_counter() - started)
     marks = (_EventMarks if comm.on_accelerator else _HostMarks)(2 * count + 1 if args.stats else 2,
                                                                  comm)
     marks.mark(0)
@@ -846,10 +870,10 @@ def time_op(call, args, comm):
         marks.mark(2 * count)  # after the waits of async ops
         trials = [marks.between(2 * i - 2, 2 * i) for i in range(1, count + 1)]
         late = sum(marks.between(2 * i - 2, 2 * i - 1) for i in range(1, count + 1)) / count
-        return Timing(marks.between(0, 2 * count) / count, trials, late)
+        return Timing(marks.between(0, 2 * count) / count, count, trials, late)
     _issue(call, count, args.async_op)
     marks.mark(1)
-    return Timing(marks.between(0, 1) / count)
+    return Timing(marks.between(0, 1) / count, count)
 
 
 def percentile(ordered, q):
@@ -980,9 +1004,10 @@ def get_metric_strings(args, tput, busbw, duration):
 
 
 def _extra_columns(args):
-    """(title, width) of the columns after BusBW: --stats figures, then --check's Wrong."""
+    """(title, width) of the columns after BusBW: --time-budget's trial count, --stats
+    figures, then --check's Wrong."""
     unit = " (us)" if args.raw else ""
-    columns = []
+    columns = [("Trials", 10)] if args.time_budget else []
     if args.stats:
         columns += [(f"Median{unit}", 20), (f"P99{unit}", 20), ("Slowest", 10)]
     if args.check:
@@ -1058,7 +1083,7 @@ def timed_collective(collective, input, output, args, comm):
     wrong = None
     if args.check:
         wrong = comm.sum_over_ranks(count_wrong(collective, call, input, output, args, comm))
-    mine = [timing.mean]
+    mine = [timing.mean, timing.count]
     if args.stats:
         mine += [summarize(timing.trials)[k] for k in STATS] + [timing.late]
     per_rank = comm.gather_figures(mine)
@@ -1066,13 +1091,14 @@ def timed_collective(collective, input, output, args, comm):
     n, size, numel = comm.world_size, input.element_size() * input.nelement(), input.nelement()
     tput, busbw = get_bw(collective, size, timing.mean, n, "GBps")
     record = {"op": collective.name, "world_size": n, "size_bytes": size, "numel": numel,
-              "element_size": input.element_size(), "trials": args.trials,
+              "element_size": input.element_size(), "trials": timing.count,
+              "trials_per_rank": [int(figures[1]) for figures in per_rank],
               "duration_s": timing.mean, "throughput_Bps": tput, "busbw_Bps": busbw,
               "durations_per_rank_s": [figures[0] for figures in per_rank], "wrong": wrong}
-    extra = []
+    extra = [str(timing.count)] if args.time_budget else []
     if args.stats:
-        record["stats"] = dict(zip(STATS, per_rank[0][1:]))
-        record["stats_per_rank"] = [dict(zip(STATS + ("late_s",), figures[1:]))
+        record["stats"] = dict(zip(STATS, per_rank[0][2:]))
+        record["stats_per_rank"] = [dict(zip(STATS + ("late_s",), figures[2:]))
                                     for figures in per_rank]
         # The straggler is the rank the others wait for: in a collective every rank's trials
         # end together, so the one that is slowest is the one that comes latest to each call.
