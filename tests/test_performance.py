@@ -3,6 +3,7 @@ ranks in step, and --dist torch imports nothing it does not use."""
 
 import json
 import re
+import statistics
 import subprocess
 import sys
 
@@ -27,22 +28,23 @@ def test_overhead_script_quick_mode_parses():
 
 def test_time_budget_trials_agree_fall_and_stay_in_bounds(run, tmp_path):
     path = tmp_path / "budget.jsonl"
-    result = run("all_gather.py", "--scan", "--maxsize=21", "--time-budget=0.03", "--trials=40",
+    result = run("all_gather.py", "--scan", "--maxsize=21", "--time-budget=0.05", "--trials=20",
                  "--dist=torch", f"--output={path}", nproc=2)
     assert result.returncode == 0, result
     table = result.table("all_gather")
     assert table.columns[-1] == "Trials"
     meta, records = results.read(str(path))
-    assert meta["time_budget"] == 0.03
+    assert meta["time_budget"] == 0.05
     counts = [record["trials"] for record in records]
     assert [int(row.extra[0]) for row in table.rows] == counts
     for record in records:
         assert record["trials_per_rank"] == [record["trials"]] * 2  # every rank ran the same
-        assert 5 <= record["trials"] <= 40
-    assert counts[0] == 40 or max(counts[:4]) == 40  # small sizes hit the --trials cap
-    assert counts[-1] < 40 and counts[-1] <= min(counts[:4])  # large ones are cut to the budget
-    rises = sum(later > earlier for earlier, later in zip(counts[8:], counts[9:]))
-    assert rises <= 2, counts  # falling, up to noise in the warmups' pace
+        assert 5 <= record["trials"] <= 20
+    # Small sizes (well under 2.5 ms a trial) hit the --trials cap; the largest (8 MiB per
+    # rank, tens of ms a trial) are cut to the budget. The warmups' pace is noisy on a shared
+    # machine, hence medians and bounds rather than a strict order.
+    assert statistics.median(counts[:6]) == 20, counts
+    assert max(counts[-2:]) < 20 and counts[-1] <= 10, counts
 
 
 MODULES_SITE = '''
