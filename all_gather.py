@@ -6,7 +6,7 @@ import utils
 
 ALL_GATHER = utils.Collective(
     name="all_gather",
-    bind=lambda comm, input, output, async_op: functools.partial(
+    bind=lambda comm, input, output, async_op: utils.bound(
         comm.all_gather, output, input, async_op=async_op),
     output_numel=lambda numel, n: n * numel,
     algbw_factor=lambda n: n,

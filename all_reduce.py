@@ -6,7 +6,7 @@ import utils
 
 ALL_REDUCE = utils.Collective(
     name="all_reduce",
-    bind=lambda comm, input, output, async_op: functools.partial(
+    bind=lambda comm, input, output, async_op: utils.bound(
         comm.dist.all_reduce, input, async_op=async_op),
     output_numel=None,
     algbw_factor=lambda n: 2,

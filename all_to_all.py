@@ -23,7 +23,7 @@ def _received(values, rank, n, numel, index):
 
 ALL_TO_ALL = utils.Collective(
     name="all_to_all",
-    bind=lambda comm, input, output, async_op: functools.partial(
+    bind=lambda comm, input, output, async_op: utils.bound(
         comm.dist.all_to_all_single, output, input, async_op=async_op),
     output_numel=lambda numel, n: numel,
     algbw_factor=lambda n: 1,

@@ -6,7 +6,7 @@ import utils
 
 BROADCAST = utils.Collective(
     name="broadcast",
-    bind=lambda comm, input, output, async_op: functools.partial(
+    bind=lambda comm, input, output, async_op: utils.bound(
         comm.dist.broadcast, input, 0, async_op=async_op),
     output_numel=None,
     algbw_factor=lambda n: 1,

@@ -8,9 +8,9 @@ import utils
 def _bind(comm, input, output, async_op):
     send, recv = (comm.dist.isend, comm.dist.irecv) if async_op else (comm.dist.send, comm.dist.recv)
     if comm.rank == 0:
-        return lambda: send(input, 1)
+        return functools.partial(send, input, 1)
     if comm.rank == 1:
-        return lambda: recv(input, 0)
+        return functools.partial(recv, input, 0)
     return lambda: None
 
 

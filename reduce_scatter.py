@@ -6,7 +6,7 @@ import utils
 
 REDUCE_SCATTER = utils.Collective(
     name="reduce_scatter",
-    bind=lambda comm, input, output, async_op: functools.partial(
+    bind=lambda comm, input, output, async_op: utils.bound(
         comm.reduce_scatter, output, input, async_op=async_op),
     output_numel=lambda numel, n: numel // n,
     algbw_factor=lambda n: 1,

@@ -684,6 +684,14 @@ class Collective:
     debug: Optional[Callable] = None  # (comm, input, output) -> str, for --debug
 
 
+def bound(function, *args, async_op=False):
+    """`function(*args)` ready to call once per trial. async_op is passed only when true: torch's
+    collective wrappers spend about 0.5 us on a keyword argument, which a world of one measures."""
+    if async_op:
+        return functools.partial(function, *args, async_op=True)
+    return functools.partial(function, *args)
+
+
 def get_bw(collective, size, duration, world_size, bw_unit):
     """(Throughput, BusBW) in bytes/s, or bits/s with Gbps, for `size` bytes per rank."""
     scale = 8 if bw_unit == "Gbps" else 1
