@@ -56,11 +56,14 @@ def open_writer(path, meta):
     path cannot be written (checked before anything is measured)."""
     kind = output_format(path)
     try:
-        handle = open(path, "w", newline="" if kind == ".csv" else None)
+        if kind == ".json":  # never truncated in place: always a whole document
+            writer = JsonWriter(path)
+        else:
+            handle = open(path, "w", newline="" if kind == ".csv" else None)
+            writer = (JsonlWriter if kind == ".jsonl" else CsvWriter)(path, handle)
+        writer.start(meta)
     except OSError as error:
         raise ResultsError(f"--output {path} cannot be written: {error.strerror}") from None
-    writer = {".jsonl": JsonlWriter, ".csv": CsvWriter, ".json": JsonWriter}[kind](path, handle)
-    writer.start(meta)
     return writer
 
 
@@ -117,9 +120,8 @@ class CsvWriter:
 class JsonWriter:
     """One document {"meta": ..., "results": [...]}, replaced atomically after each size."""
 
-    def __init__(self, path, handle):
-        handle.close()  # the file is rewritten whole, through a temporary beside it
-        self.path, self._document = path, None
+    def __init__(self, path):
+        self.path, self._document = path, None  # rewritten whole, through a temporary beside it
 
     def start(self, meta):
         self._document = {"meta": meta, "results": []}

@@ -16,6 +16,7 @@ import contextlib
 import functools
 import math
 import os
+import signal
 import socket
 import sys
 import threading
@@ -237,6 +238,10 @@ def discover_launch_env(environ=None, local_rank_arg=None):
         if local_rank >= world_size:
             raise UsageError(f"launcher environment: {local_var}={local_rank} is not below "
                              f"{size_var}={world_size}")
+        local_size_var = next((v for v in LOCAL_WORLD_SIZE_VARIABLES if v in environ), None)
+        if local_size_var and local_rank >= _env_int(environ, local_size_var, minimum=1):
+            raise UsageError(f"launcher environment: {local_var}={local_rank} is not below "
+                             f"{local_size_var}={environ[local_size_var]}")
         return LaunchEnv(launcher, rank, local_rank, world_size)
     if local_rank_arg not in (None, 0):
         raise UsageError(f"--local_rank={local_rank_arg} given but no launcher environment "
@@ -517,6 +522,14 @@ def deadline(seconds, message):
         timer.cancel()
 
 
+def argument_digest(args):
+    """A digest of everything that shapes the measurement: ranks that disagree on a size or a
+    loop count would wait for each other forever, so they are refused at start-up."""
+    import hashlib
+    shared = sorted((k, v) for k, v in vars(args).items() if k not in ("local_rank",))
+    return hashlib.sha256(repr(shared).encode()).hexdigest()
+
+
 def init_processes(local_rank, args, ops=None):
     """Initialise the process group the way `args.dist` says and return the Comm.
 
@@ -560,9 +573,16 @@ def init_processes(local_rank, args, ops=None):
         device = _select_device(device_type, launch.local_rank, ds_accelerator)
 
     rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    hostnames = [None] * world_size
-    torch.distributed.all_gather_object(hostnames, socket.gethostname())
+    peers = [None] * world_size
+    with deadline(args.timeout, f"rank {rank}: the ranks did not all answer within "
+                                f"{args.timeout:g} s after start-up; a peer rank died or is stuck"):
+        torch.distributed.all_gather_object(peers, (socket.gethostname(), argument_digest(args)))
+    hostnames = [host for host, _ in peers]
     local_world_size = hostnames.count(socket.gethostname())
+    differing = [r for r, (_, digest) in enumerate(peers) if digest != peers[0][1]]
+    if differing:
+        raise UsageError(f"ranks were started with different arguments (rank {differing[0]} differs "
+                         "from rank 0); start every rank with the same command line")
 
     note_rank_0 = f"{PROG}: {args.dist} ({'deepspeed.comm' if ds_dist else 'torch.distributed'}), " \
         f"backend {torch.distributed.get_backend()}, device {device.type}, {world_size} " \
@@ -1123,7 +1143,8 @@ def timed_collective(collective, input, output, args, comm):
     print_row(args, comm, size, f"{numel}x{input.element_size()}", timing.mean, tput * scale,
               busbw * scale, extra)
     if comm.results is not None:
-        comm.results.add(record)
+        with RESULTS_LOCK:
+            comm.results.add(record)
     if args.debug and collective.debug is not None:
         emit(sys.stderr, f"{PROG}: [rank {comm.rank}] {collective.debug(comm, input, output)}")
     return record
@@ -1155,13 +1176,21 @@ def run_collective(collective, args, comm):
     print_header(args, collective.name, collective.shown_world_size or comm.world_size, comm)
     records, bar = [], _progress(comm, collective.name, len(numels))
     for numel in numels:
-        buffers = allocate(collective, numel, args, comm)
-        if buffers is None:
-            break
-        if bar is not None:
-            bar.clear()  # the row goes where the bar was; the bar is redrawn below it
-        records.append(timed_collective(collective, *buffers, args, comm))
-        del buffers
+        where = f"rank {comm.rank}: {collective.name} at {numel} elements of {args.dtype} per rank"
+        with deadline(args.timeout, f"{where} did not finish within {args.timeout:g} s; a peer "
+                                    "rank likely died or is stuck (see its log)"):
+            buffers = allocate(collective, numel, args, comm)
+            if buffers is None:
+                break
+            if bar is not None:
+                bar.clear()  # the row goes where the bar was; the bar is redrawn below it
+            try:
+                records.append(timed_collective(collective, *buffers, args, comm))
+            except RuntimeError as error:  # DistError is a RuntimeError
+                reason = str(error).strip().splitlines()[0][:300] if str(error).strip() else \
+                    type(error).__name__
+                raise BenchmarkError(f"{where} failed: {reason}", rank_local=True) from None
+            del buffers
         if bar is not None:
             bar.update(1)
     if bar is not None:
@@ -1182,6 +1211,36 @@ def run_op(collective, local_rank, args, comm=None):
 
 # --------------------------------------------------------------------------- entry point
 
+STOP_SIGNALS = {signal.SIGINT: 130, signal.SIGTERM: 143}
+# Held while a record is written: a stop waits for it, so no file is left half-written.
+RESULTS_LOCK = threading.Lock()
+
+
+def guard_stop_signals():
+    """SIGINT and SIGTERM stop the run at once, even while the main thread is blocked inside a
+    collective (where Python runs no handler): the signal's number reaches a watcher thread
+    through Python's wakeup fd; it finishes any record being written, says so, and exits 130
+    or 143. Every size measured before is already on disk."""
+    global _STOP_SOCKETS
+    _STOP_SOCKETS = reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    for number in STOP_SIGNALS:
+        signal.signal(number, lambda *_: None)  # the watcher acts; the main thread need not
+
+    def wait_for_stop():
+        while True:
+            number = reader.recv(1)[0]
+            if number in STOP_SIGNALS:
+                break
+        RESULTS_LOCK.acquire(timeout=5)
+        if _rank_for_messages() == 0:
+            emit(sys.stderr, f"{PROG}: stopped by {signal.Signals(number).name}; the sizes "
+                             "measured so far are in the table and the results file")
+        os._exit(STOP_SIGNALS[number])
+    threading.Thread(target=wait_for_stop, name="commbench-stop", daemon=True).start()
+
+
 def _rank_for_messages():
     try:
         return discover_launch_env().rank
@@ -1193,6 +1252,7 @@ def cli(run, argv=None):
     """Parse the command line, call `run(local_rank, args)`, and turn expected failures into one
     line on stderr (from rank 0 when every rank fails alike) and an exit status."""
     status = 0
+    guard_stop_signals()
     try:
         args = benchmark_parser().parse_args(argv)
         run(args.local_rank, args)
@@ -1204,9 +1264,6 @@ def cli(run, argv=None):
             # Every rank failed alike and rank 0 says why; launchers kill the whole job when the
             # first rank exits, so the others give rank 0 a moment to be heard.
             time.sleep(1)
-    except KeyboardInterrupt:
-        status = 130
-        emit(sys.stderr, f"{PROG}: interrupted")
     finally:
         teardown()
     sys.exit(status)

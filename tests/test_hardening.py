@@ -1,0 +1,174 @@
+"""No hang and no traceback when a peer dies or is stuck, or ranks disagree on arguments."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import results
+from conftest import ROOT, assert_no_traceback, base_env, free_port, launcher_command
+from test_output_stats import kill_tree
+
+
+@pytest.mark.parametrize("dist", ["torch", "deepspeed"])
+@pytest.mark.parametrize("launcher", ["torchrun", "mpirun"])
+def test_killed_rank_ends_the_job(tmp_path, launcher, dist):
+    """SIGKILL rank 1 mid-scan: rank 0 exits non-zero with one line naming op and size, well
+    within the timeout; the launcher fails; every size completed before is in the file."""
+    path = tmp_path / "r.jsonl"
+    port = free_port()
+    env = base_env(MASTER_PORT=str(port))
+    cmd = launcher_command(launcher, 2, port, env["PATH"]) + [
+        "all_gather.py", "--scan", "--maxsize=24", "--trials=20", f"--dist={dist}",
+        "--timeout=30", f"--output={path}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        started = time.monotonic()
+        while time.monotonic() - started < 120:
+            if path.exists() and len(results.read(str(path))[1]) >= 3:
+                break
+            time.sleep(0.05)
+        ranks = [p for p in __import__("psutil").Process(proc.pid).children(recursive=True)
+                 if "all_gather.py" in " ".join(p.cmdline()) and p.name().startswith("python")]
+        victim = [p for p in ranks if p.environ().get("RANK", p.environ().get("PMI_RANK")) == "1"]
+        assert victim, [p.cmdline() for p in ranks]
+        killed = time.monotonic()
+        victim[0].kill()
+        _, stderr = proc.communicate(timeout=30 + 10 + 30)
+        elapsed = time.monotonic() - killed
+    finally:
+        kill_tree(proc.pid)
+    assert proc.returncode != 0
+    assert elapsed < 30 + 10, elapsed
+    ours = [line for line in stderr.splitlines() if line.startswith("commbench: error:")]
+    if launcher == "torchrun":
+        assert ours and ours[0].startswith("commbench: error: rank 0: all_gather at "), stderr
+    else:
+        # MPICH's mpirun itself ends the other ranks as soon as one dies; when rank 0 is quick
+        # enough to speak first, it says the same line.
+        assert all(line.startswith("commbench: error: rank 0: all_gather at ") for line in ours)
+    frames = [line for line in stderr.splitlines() if line.strip().startswith('File "')]
+    assert not [line for line in frames if f'"{ROOT}/' in line and "/.venv/" not in line], stderr
+    records = results.read(str(path))[1]
+    assert len(records) >= 3
+    assert [r["numel"] for r in records] == [2 * 2 ** p for p in range(1, len(records) + 1)]
+
+
+def test_stuck_rank_hits_the_timeout(run):
+    """Rank 1 sleeps 20 s before its first trial (test hook) under --timeout 4: both ranks end
+    with one line naming the op and the size, long before the sleep is over."""
+    started = time.monotonic()
+    result = run("all_reduce.py", "--scan", "--maxsize=3", "--stats", "--timeout=4",
+                 "--dist=torch", nproc=2, launcher="deepspeed",
+                 env={"COMMBENCH_INJECT_DELAY": "1:20"})
+    elapsed = time.monotonic() - started
+    assert result.returncode != 0
+    assert elapsed < 4 + 15, elapsed
+    lines = [line for line in result.stderr.splitlines() if line.startswith("commbench: error:")]
+    assert any(line.startswith("commbench: error: rank 0: all_reduce at 4 elements of float")
+               for line in lines), result
+    assert "Traceback" not in result.stderr
+
+
+def _hand_launch(args_by_rank):
+    """Start each rank by hand (RANK, WORLD_SIZE, ...), as a home-made launch script would."""
+    port = free_port()
+    procs = []
+    for rank, args in enumerate(args_by_rank):
+        env = base_env(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(len(args_by_rank)),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, "all_reduce.py", *args], cwd=ROOT, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return [(p.wait(timeout=60), *p.communicate()) for p in procs]
+
+
+def test_mismatched_arguments_are_refused():
+    outcomes = _hand_launch([["--scan", "--maxsize=4", "--dist=torch", "--trials=5"],
+                             ["--scan", "--maxsize=4", "--dist=torch", "--trials=6"],
+                             ["--scan", "--maxsize=4", "--dist=torch", "--trials=5"]])
+    assert [status for status, _, _ in outcomes] == [2, 2, 2]
+    assert all(stdout == "" for _, stdout, _ in outcomes)
+    stderr = "".join(err for _, _, err in outcomes)
+    assert stderr.count("commbench: error:") == 1
+    assert ("commbench: error: ranks were started with different arguments (rank 1 differs from "
+            "rank 0); start every rank with the same command line") in stderr
+    assert "Traceback" not in stderr
+
+
+def test_mismatched_arguments_under_mpirun(run):
+    """MPICH's MPMD form starts ranks with different command lines."""
+    port = free_port()
+    env = base_env(MASTER_PORT=str(port))
+    mpirun = launcher_command("mpirun", 1, port, env["PATH"])[0]
+    cmd = [mpirun, "-np", "1", sys.executable, "all_reduce.py", "--scan", "--dist=torch",
+           "--maxsize=5", ":", "-np", "1", sys.executable, "all_reduce.py", "--scan",
+           "--dist=torch", "--maxsize=6"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("ranks were started with different arguments") == 1
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("environ,text", [
+    ({"RANK": "abc", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, "RANK='abc' is not an integer"),
+    ({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE=0 must be >= 1"),
+    ({"RANK": "0", "LOCAL_RANK": "2", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"},
+     "LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2"),
+    ({"MASTER_PORT": "99999"}, "MASTER_PORT=99999 is not a port number"),
+])
+def test_malformed_launcher_environment(run, environ, text):
+    started = time.monotonic()
+    result = run("all_reduce.py", "--scan", "--maxsize=3", "--dist=torch", env=environ)
+    assert result.returncode == 2, result
+    assert result.stderr.strip().splitlines()[-1].startswith("commbench: error:")
+    assert text in result.stderr
+    assert_no_traceback(result)
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("launcher,how", [("torchrun", "SIGINT to the launcher"),
+                                          ("torchrun", "SIGTERM to the launcher"),
+                                          ("deepspeed", "Ctrl-C: SIGINT to the process group"),
+                                          ("python", "SIGTERM to the rank"),
+                                          ("python", "SIGINT to the rank")])
+def test_interrupt_mid_scan(tmp_path, launcher, how):
+    import signal
+    path = tmp_path / "r.json"
+    port = free_port()
+    env = base_env(MASTER_PORT=str(port))
+    nproc = 1 if launcher == "python" else 2
+    cmd = launcher_command(launcher, nproc, port, env["PATH"]) + [
+        "all_gather.py", "--scan", "--maxsize=24", "--trials=20", "--dist=torch",
+        f"--output={path}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    number = signal.SIGTERM if "SIGTERM" in how else signal.SIGINT
+    try:
+        started = time.monotonic()
+        while time.monotonic() - started < 120:
+            if path.exists() and len(results.read(str(path))[1]) >= 3:
+                break
+            time.sleep(0.05)
+        sent = time.monotonic()
+        if "process group" in how:
+            os.killpg(proc.pid, number)
+        else:
+            proc.send_signal(number)
+        stdout, stderr = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - sent
+    finally:
+        kill_tree(proc.pid)
+    if launcher == "python":
+        assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}[number]
+    else:
+        assert proc.returncode != 0
+    assert elapsed < 15, elapsed
+    assert stderr.count(f"commbench: stopped by {number.name}") == 1, stderr[-3000:]
+    meta, records = results.read(str(path))  # a whole document, never half-written
+    assert meta["ops"] == ["all_gather"] and 3 <= len(records) < 23
+    assert not list(tmp_path.glob("*.tmp*"))
+    frames = [line for line in stderr.splitlines() if line.strip().startswith('File "')]
+    assert not [line for line in frames if f'"{ROOT}/' in line and "/.venv/" not in line]
