@@ -1,5 +1,5 @@
 # Two commands for a fresh machine (see README.md):
-#   make bench   create .venv, install, scan all six ops on 2 local CPU ranks
+#   make bench   create .venv, install, scan all six ops on 2 local CPU ranks, plot them
 #   make test    create .venv, install, run the tests
 PYTHON ?= python3
 VENV := .venv
@@ -21,8 +21,11 @@ $(VENV)/.installed: requirements.txt constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -r requirements.txt
 	touch $@
 
+# The table on stdout, the results in results/bench.jsonl and their curves in results/curves.png.
 bench: venv
-	$(BIN)/deepspeed --num_gpus $(NPROC) run_all.py $(BENCH_ARGS)
+	mkdir -p results
+	$(BIN)/deepspeed --num_gpus $(NPROC) run_all.py $(BENCH_ARGS) --output results/bench.jsonl --overwrite
+	$(BIN)/python report.py plot results/bench.jsonl -o results/curves.png
 
 # Open MPI and a one-node Slurm cluster for the launcher tests (root only; skipped otherwise).
 test: venv

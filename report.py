@@ -1,10 +1,11 @@
 """From numbers to decisions: compare two runs of the suite (or an nccl-tests run).
 
   python report.py compare A B [--threshold 1.10] [--format text|markdown|json]
+  python report.py plot A [B ...] -o curves.png
 
 A and B are result files of `--output` (.jsonl, .json, .csv), saved stdout of the suite
 (a tee'd table, --raw or not, several ops in one file), or nccl-tests text output.
-Standard library only.
+Standard library only, but for `plot` (matplotlib, imported when plotting).
 """
 
 import argparse
@@ -253,6 +254,56 @@ def render(report, form):
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------- plotting
+
+def _byte_label(value, _position=None):
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:g} {unit}"
+        value /= 1024
+
+
+def plot(runs, output):
+    """One figure: a row per op, bus bandwidth vs size (log2 x) beside latency vs size
+    (log-log), one line per run. Returns the matplotlib Figure (saved to `output`)."""
+    import matplotlib
+    matplotlib.use("Agg")  # headless: no display needed
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    ops = [op for op in OPS if any(op in run.ops for run in runs)]
+    ops += sorted({op for run in runs for op in run.ops} - set(ops))
+    if not ops:
+        raise ReportError("nothing to plot: the runs hold no measurements")
+    figure, axes = plt.subplots(len(ops), 2, figsize=(12, 3.4 * len(ops)), squeeze=False)
+    for (bandwidth, latency), op in zip(axes, ops):
+        for run in runs:
+            data = run.ops.get(op)
+            if not data:
+                continue
+            sizes = sorted(data)
+            bandwidth.plot(sizes, [data[s].busbw / 1e9 for s in sizes], marker=".",
+                           label=run.label)
+            latency.plot(sizes, [data[s].duration * 1e6 for s in sizes], marker=".",
+                         label=run.label)
+        bandwidth.set_xscale("log", base=2)
+        latency.set_xscale("log", base=2)
+        latency.set_yscale("log")
+        for axis, what in ((bandwidth, "bus bandwidth (GB/s)"), (latency, "latency (us)")):
+            axis.xaxis.set_major_formatter(FuncFormatter(_byte_label))
+            axis.set_xlabel("message size per rank")
+            axis.set_ylabel(what)
+            axis.set_title(f"{op}: {what.split(' (')[0]}")
+            axis.grid(True, which="major", alpha=0.3)
+            axis.legend(fontsize="small")
+    figure.tight_layout()
+    try:
+        figure.savefig(output)
+    except (OSError, ValueError) as error:
+        raise ReportError(f"cannot write {output}: {error}") from None
+    return figure
+
+
 # --------------------------------------------------------------------------- command line
 
 def main(argv=None):
@@ -264,13 +315,21 @@ def main(argv=None):
     cmp.add_argument("--threshold", type=float, default=1.10,
                      help="mark sizes where B/A exceeds this (default %(default)s)")
     cmp.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    drawing = commands.add_parser("plot", help="bus bandwidth and latency curves of runs")
+    drawing.add_argument("runs", nargs="+")
+    drawing.add_argument("-o", "--output", default="curves.png",
+                         help="PNG, or SVG/PDF by extension (default %(default)s)")
     args = parser.parse_args(argv)
     try:
-        report = compare(load_run(args.a), load_run(args.b), args.threshold)
+        if args.command == "compare":
+            print(render(compare(load_run(args.a), load_run(args.b), args.threshold),
+                         args.format))
+        else:
+            plot([load_run(path) for path in args.runs], args.output)
+            print(f"{PROG}: wrote {args.output}", file=sys.stderr)
     except ReportError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 1
-    print(render(report, args.format))
     return 0
 
 
