@@ -63,3 +63,32 @@ def test_all_to_all_debug_is_bounded(run):
         assert all("first element of each output chunk=[0.0, 1.0, 2.0]" in line for line in mine)
         assert all(f"input[:4]=[{rank}.0, {rank}.0, {rank}.0, {rank}.0]" in line for line in mine[1:])
     assert max(len(line) for line in lines) < 200
+
+
+def test_out_of_memory_ends_the_op_cleanly():
+    """With the address space capped at 2.5 GB, the 2 GiB buffers of a deep scan cannot be
+    allocated: one warning, the rows so far kept, the next op runs, exit 0."""
+    import resource
+    import subprocess
+    import sys
+
+    from conftest import ROOT, base_env, free_port, parse_tables
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (2_500_000_000, 2_500_000_000))
+
+    proc = subprocess.run([sys.executable, "run_all.py", "--dist=torch", "--scan", "--maxsize=30",
+                           "--trials=1", "--warmups=0", "--all-reduce", "--broadcast"],
+                          cwd=ROOT, env=base_env(MASTER_PORT=str(free_port())),
+                          capture_output=True, text=True, timeout=300, preexec_fn=cap)
+    assert proc.returncode == 0, proc.stderr
+    tables = parse_tables(proc.stdout)
+    assert [t.op for t in tables] == ["all_reduce", "broadcast"]
+    for table in tables:
+        assert 20 <= len(table.rows) < 29
+        assert [row.numel for row in table.rows] == [2 ** p for p in range(1, len(table.rows) + 1)]
+    warnings = [line for line in proc.stderr.splitlines() if "out of memory" in line]
+    assert warnings == [
+        f"commbench: WARNING: {t.op}: out of memory at {2 ** (len(t.rows) + 1)} elements of float "
+        "per rank; stopping this op here (lower --mem-factor or --maxsize)" for t in tables]
+    assert "Traceback" not in proc.stderr
