@@ -2,6 +2,7 @@
 
   python report.py compare A B [--threshold 1.10] [--format text|markdown|json]
   python report.py plot A [B ...] -o curves.png
+  python report.py strategy RESULTS --params 7B [--world-size N] [--gpu-mem 80] ...
 
 A and B are result files of `--output` (.jsonl, .json, .csv), saved stdout of the suite
 (a tee'd table, --raw or not, several ops in one file), or nccl-tests text output.
@@ -17,6 +18,7 @@ import sys
 from dataclasses import dataclass, field
 
 import results
+import strategy
 
 PROG = "report.py"
 SMALL = 64 * 1024  # below: latency-bound messages
@@ -319,18 +321,52 @@ def main(argv=None):
     drawing.add_argument("runs", nargs="+")
     drawing.add_argument("-o", "--output", default="curves.png",
                          help="PNG, or SVG/PDF by extension (default %(default)s)")
+    plan = commands.add_parser("strategy", help="which parallel strategy the measured network "
+                                                "affords for a model")
+    plan.add_argument("results", help="a run of the suite (results file or saved table)")
+    plan.add_argument("--params", required=True, help="model parameters: 7B, 350M, 1e9, ...")
+    plan.add_argument("--world-size", type=int, help="ranks (default: the run's world size)")
+    plan.add_argument("--gpu-mem", type=float, default=80, help="GB per rank (default 80)")
+    plan.add_argument("--bucket-mb", type=float, default=25,
+                      help="DDP/ZeRO-1/2 gradient bucket, MiB (default 25)")
+    plan.add_argument("--prefetch-mb", type=float, default=50,
+                      help="ZeRO-3 message size, MiB (default 50)")
+    for name in ("hidden", "layers", "seq"):
+        plan.add_argument(f"--{name}", type=int, default=0)
+    plan.add_argument("--micro-batch", type=int, default=1)
+    plan.add_argument("--micro-batches", type=int, default=1,
+                      help="micro-batches per step (PP, TP)")
+    plan.add_argument("--tp", type=int, default=0, help="also estimate tensor parallelism of this degree")
+    plan.add_argument("--pp", type=int, default=0, help="also estimate this many pipeline stages")
+    plan.add_argument("--format", choices=("markdown", "json"), default="markdown")
     args = parser.parse_args(argv)
     try:
-        if args.command == "compare":
+        if args.command == "strategy":
+            print(_strategy(args))
+        elif args.command == "compare":
             print(render(compare(load_run(args.a), load_run(args.b), args.threshold),
                          args.format))
         else:
             plot([load_run(path) for path in args.runs], args.output)
             print(f"{PROG}: wrote {args.output}", file=sys.stderr)
-    except ReportError as error:
+    except (ReportError, strategy.StrategyError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _strategy(args):
+    run = load_run(args.results)
+    world_size = args.world_size or run.world_size
+    if not world_size:
+        raise ReportError(f"{args.results} does not say its world size: give --world-size")
+    workload = strategy.Workload(
+        params=strategy.parse_count(args.params), world_size=world_size, gpu_mem_gb=args.gpu_mem,
+        bucket_bytes=args.bucket_mb * 2 ** 20, prefetch_bytes=args.prefetch_mb * 2 ** 20,
+        hidden=args.hidden, layers=args.layers, seq=args.seq, micro_batch=args.micro_batch,
+        tp=args.tp, pp=args.pp, micro_batches=args.micro_batches)
+    analysis = strategy.analyse(workload, strategy.Curves(run.ops), run.world_size)
+    return strategy.render(analysis, args.format)
 
 
 if __name__ == "__main__":

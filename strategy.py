@@ -1,0 +1,281 @@
+"""Which parallel strategy can this network afford? Communication and model-state memory of one
+training step, per strategy, priced with the *measured* curves of this suite.
+
+Used by `report.py strategy`. Model states follow the ZeRO paper for mixed-precision Adam
+(K = 12 bytes of optimizer state per parameter, 2 + 2 for fp16 weights and gradients).
+Standard library only.
+"""
+
+import math
+import re
+from dataclasses import dataclass, field
+
+GB = 1e9
+
+
+class StrategyError(Exception):
+    """Input the estimate cannot use: one line, exit 1 (or 2 for a bad flag value)."""
+
+
+def parse_count(text):
+    """`7B`, `1.3B`, `350M`, `70k`, `1e9` -> a number of parameters."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([kKmMbBtT]?)\s*", text)
+    if not match:
+        raise StrategyError(f"cannot read a parameter count from '{text}' (e.g. 7B, 350M, 1e9)")
+    scale = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}[match.group(2).lower()]
+    return float(match.group(1)) * scale
+
+
+# --------------------------------------------------------------------------- measured curves
+
+@dataclass
+class Estimate:
+    seconds: float
+    extrapolated: bool = False  # beyond the largest measured size
+
+
+class Curves:
+    """Measured duration against message size, per op (sizes in the suite's Size convention:
+    bytes per rank of the op's input)."""
+
+    def __init__(self, ops):
+        self.ops = {op: sorted((size, m.duration) for size, m in data.items())
+                    for op, data in ops.items() if data}
+
+    def time(self, op, size):
+        """Seconds for one `op` of `size` bytes: log-log interpolation between the two nearest
+        measured sizes; beyond the largest, the largest's bandwidth (marked extrapolated);
+        below the smallest, the smallest's duration (latency-bound)."""
+        points = self.ops.get(op)
+        if not points:
+            raise KeyError(op)
+        if size <= points[0][0]:
+            return Estimate(points[0][1])
+        if size >= points[-1][0]:
+            last_size, last_time = points[-1]
+            return Estimate(last_time * size / last_size, extrapolated=size > last_size)
+        for (s0, t0), (s1, t1) in zip(points, points[1:]):
+            if s0 <= size <= s1:
+                if size == s0:
+                    return Estimate(t0)
+                fraction = math.log(size / s0) / math.log(s1 / s0)
+                return Estimate(math.exp(math.log(t0) + fraction * math.log(t1 / t0)))
+        raise AssertionError("unreachable")
+
+
+# --------------------------------------------------------------------------- the model
+
+@dataclass
+class Workload:
+    params: float  # P
+    world_size: int  # N
+    gpu_mem_gb: float
+    bucket_bytes: float = 25e6
+    prefetch_bytes: float = 50e6
+    hidden: int = 0
+    layers: int = 0
+    seq: int = 0
+    micro_batch: int = 1
+    tp: int = 0  # tensor-parallel degree; 0: not estimated
+    pp: int = 0  # pipeline stages; 0: not estimated
+    micro_batches: int = 1
+
+    @property
+    def activation_bytes(self):
+        """One micro-batch's activations at a layer boundary, fp16: b·s·h·2."""
+        return self.micro_batch * self.seq * self.hidden * 2
+
+
+@dataclass
+class Collective:
+    op: str  # the suite's op name
+    message: float  # bytes, in the suite's Size convention for that op
+    count: int  # how many per step
+    moved: float  # bytes each rank sends per call (ring algorithms)
+
+
+@dataclass
+class Plan:
+    name: str
+    memory: float  # model-state bytes per rank
+    collectives: list = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def bytes_per_step(self):
+        return sum(c.count * c.moved for c in self.collectives)
+
+
+def _bucketed(op, total, bucket, n, moved_per_byte, size_of_message):
+    """`total` bytes in messages of `bucket` bytes (the last one smaller)."""
+    full, rest = divmod(total, bucket)
+    pieces = [Collective(op, size_of_message(bucket), int(full), bucket * moved_per_byte)]
+    if rest:
+        pieces.append(Collective(op, size_of_message(rest), 1, rest * moved_per_byte))
+    return [p for p in pieces if p.count]
+
+
+def plans(w):
+    """Model-state memory and the collectives of one step for each strategy."""
+    p, n = w.params, w.world_size
+    gradients = 2 * p  # fp16 gradients, bytes
+    ring = (n - 1) / n
+    whole = (lambda b: b)
+    per_rank = (lambda b: b / n)  # all_gather's Size is the input of one rank
+    result = [
+        Plan("DDP", 16 * p, _bucketed("all_reduce", gradients, w.bucket_bytes, n, 2 * ring, whole)),
+        Plan("ZeRO-1", 4 * p + 12 * p / n,
+             _bucketed("reduce_scatter", gradients, w.bucket_bytes, n, ring, whole)
+             + _bucketed("all_gather", gradients, w.bucket_bytes, n, ring, per_rank)),
+        Plan("ZeRO-2", 2 * p + 14 * p / n,
+             _bucketed("reduce_scatter", gradients, w.bucket_bytes, n, ring, whole)
+             + _bucketed("all_gather", gradients, w.bucket_bytes, n, ring, per_rank)),
+        Plan("ZeRO-3", 16 * p / n,
+             _bucketed("all_gather", 2 * gradients, w.prefetch_bytes, n, ring, per_rank)
+             + _bucketed("reduce_scatter", gradients, w.prefetch_bytes, n, ring, whole)),
+    ]
+    if w.tp:
+        if not w.activation_bytes or not w.layers:
+            raise StrategyError("--tp needs --hidden, --layers, --seq and --micro-batch")
+        t = w.tp
+        result.append(Plan(f"TP={t}", 16 * p / t, [
+            Collective("all_reduce", w.activation_bytes, 4 * w.layers * w.micro_batches,
+                       w.activation_bytes * 2 * (t - 1) / t)],
+            note=f"2 all_reduce per layer forward and 2 backward, within {t} ranks"))
+    if w.pp:
+        if not w.activation_bytes:
+            raise StrategyError("--pp needs --hidden, --seq and --micro-batch")
+        stages, m = w.pp, w.micro_batches
+        bubble = (stages - 1) / (m + stages - 1)
+        result.append(Plan(f"PP={stages}", 16 * p / stages, [
+            Collective("pt2pt", w.activation_bytes, 2 * m, w.activation_bytes)],
+            note=f"bubble {bubble:.0%} of the step ((p-1)/(m+p-1), m={m})"))
+    return result
+
+
+def price(plan, curves):
+    """(seconds per step, extrapolated?, missing ops) of a plan on the measured curves."""
+    seconds, extrapolated, missing = 0.0, False, []
+    for c in plan.collectives:
+        try:
+            estimate = curves.time(c.op, c.message)
+        except KeyError:
+            missing.append(c.op)
+            continue
+        seconds += c.count * estimate.seconds
+        extrapolated |= estimate.extrapolated
+    return seconds, extrapolated, sorted(set(missing))
+
+
+# --------------------------------------------------------------------------- the report
+
+def analyse(w, curves, measured_world_size=None):
+    rows = []
+    for plan in plans(w):
+        seconds, extrapolated, missing = price(plan, curves)
+        rows.append({
+            "strategy": plan.name,
+            "collectives": [{"op": c.op, "message_bytes": c.message, "count": c.count}
+                            for c in plan.collectives],
+            "bytes_per_rank_per_step": plan.bytes_per_step,
+            "comm_seconds_per_step": None if missing else seconds,
+            "extrapolated": extrapolated,
+            "missing_ops": missing,
+            "memory_bytes_per_rank": plan.memory,
+            "fits": plan.memory <= w.gpu_mem_gb * GB,
+            "note": plan.note,
+        })
+    warnings = []
+    if measured_world_size and measured_world_size != w.world_size:
+        warnings.append(f"the curves were measured on {measured_world_size} ranks, the estimate is "
+                        f"for {w.world_size}: rerun the scan on {w.world_size} ranks for figures "
+                        "that hold")
+    for op in sorted({op for row in rows for op in row["missing_ops"]}):
+        warnings.append(f"the results have no {op}: run `run_all.py --scan "
+                        f"--{op.replace('_', '-')}` on the same ranks, then report again")
+    return {"params": w.params, "world_size": w.world_size, "gpu_mem_gb": w.gpu_mem_gb,
+            "rows": rows, "warnings": warnings, "recommendation": recommend(rows, w)}
+
+
+def _gb(value):
+    return f"{value / GB:.1f} GB"
+
+
+def _time(row):
+    if row["comm_seconds_per_step"] is None:
+        return "unknown"
+    mark = " (extrapolated)" if row["extrapolated"] else ""
+    return f"{row['comm_seconds_per_step'] * 1e3:.1f} ms{mark}"
+
+
+def _traffic_change(row, base):
+    change = row["bytes_per_rank_per_step"] / base["bytes_per_rank_per_step"] - 1
+    return "the same traffic" if abs(change) < 0.001 else f"{change:+.0%} traffic"
+
+
+def recommend(rows, w):
+    """Gain, cost, and the conditions under which the choice changes. Among the data-parallel
+    strategies that fit, the least measured communication time wins (within 5%, the one with
+    less memory); without times for all of them, the least traffic."""
+    data_parallel = [r for r in rows if r["strategy"] in ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")]
+    by_name = {r["strategy"]: r for r in rows}
+    fitting = [r for r in data_parallel if r["fits"]]
+    if not fitting:
+        others = [r for r in rows if r["fits"] and r not in data_parallel]
+        need = math.ceil(16 * w.params / (w.gpu_mem_gb * GB))
+        text = (f"No data-parallel strategy fits {w.gpu_mem_gb:g} GB: even ZeRO-3 needs "
+                f"{_gb(by_name['ZeRO-3']['memory_bytes_per_rank'])} per rank on {w.world_size} "
+                f"ranks, so it needs at least {need} ranks")
+        if others:
+            text += "; " + ", ".join(f"{r['strategy']} fits ({_gb(r['memory_bytes_per_rank'])}, "
+                                     f"{_time(r)} of communication)" for r in others)
+        return text + "."
+    timed = all(r["comm_seconds_per_step"] is not None for r in fitting)
+    if timed:
+        fastest = min(r["comm_seconds_per_step"] for r in fitting)
+        near = [r for r in fitting if r["comm_seconds_per_step"] <= fastest * 1.05]
+    else:
+        least = min(r["bytes_per_rank_per_step"] for r in fitting)
+        near = [r for r in fitting if r["bytes_per_rank_per_step"] <= least * 1.001]
+    best = min(near, key=lambda r: r["memory_bytes_per_rank"])
+    ddp = by_name["DDP"]
+    cost = (f"{_time(best)} of communication per step" if timed else
+            f"{_gb(best['bytes_per_rank_per_step'])} of traffic per rank per step")
+    text = (f"{best['strategy']} fits {w.gpu_mem_gb:g} GB ({_gb(best['memory_bytes_per_rank'])} "
+            f"of model states per rank) and costs {cost}")
+    if best is not ddp:
+        change = _traffic_change(best, ddp)
+        text += ", the same traffic as DDP" if change == "the same traffic" else f", {change} over DDP"
+    leaner = sorted((r for r in fitting if r["memory_bytes_per_rank"] < best["memory_bytes_per_rank"]),
+                    key=lambda r: -r["memory_bytes_per_rank"])
+    floor = best
+    for row in leaner:
+        text += (f"; {row['strategy']} only if memory must drop below "
+                 f"{_gb(floor['memory_bytes_per_rank'])} per rank (to "
+                 f"{_gb(row['memory_bytes_per_rank'])}), at {_traffic_change(row, best)}"
+                 f" ({_time(row)})")
+        floor = row
+    if ddp["fits"] and best is not ddp:
+        text += f"; plain DDP also fits ({_gb(ddp['memory_bytes_per_rank'])}, {_time(ddp)})"
+    return text + "."
+
+
+def render(analysis, form):
+    import json
+    if form == "json":
+        return json.dumps(analysis, indent=1)
+    lines = [f"Model of {analysis['params']:.3g} parameters on {analysis['world_size']} ranks, "
+             f"{analysis['gpu_mem_gb']:g} GB per rank", ""]
+    lines += [f"> WARNING: {w}" for w in analysis["warnings"]]
+    lines += ["| strategy | collectives | bytes per rank per step | comm time per step | "
+              "model-state memory per rank | fits |", "|---|---|---|---|---|---|"]
+    for row in analysis["rows"]:
+        calls = "; ".join(f"{c['count']} x {c['op']} of {c['message_bytes'] / 2 ** 20:.3g} MiB"
+                          for c in row["collectives"])
+        if row["note"]:
+            calls += f" ({row['note']})"
+        lines.append(f"| {row['strategy']} | {calls} | {_gb(row['bytes_per_rank_per_step'])} | "
+                     f"{_time(row)} | {_gb(row['memory_bytes_per_rank'])} | "
+                     f"{'yes' if row['fits'] else 'no'} |")
+    lines += ["", f"Recommendation: {analysis['recommendation']}"]
+    return "\n".join(lines)
