@@ -99,7 +99,8 @@ class Plan:
     name: str
     memory: float  # model-state bytes per rank
     collectives: list = field(default_factory=list)
-    note: str = ""
+    note: str = ""  # for the table
+    price: str = ""  # what it costs besides communication, for the recommendation
 
     @property
     def bytes_per_step(self):
@@ -141,7 +142,8 @@ def plans(w):
         result.append(Plan(f"TP={t}", 16 * p / t, [
             Collective("all_reduce", w.activation_bytes, 4 * w.layers * w.micro_batches,
                        w.activation_bytes * 2 * (t - 1) / t)],
-            note=f"2 all_reduce per layer forward and 2 backward, within {t} ranks"))
+            note=f"2 all_reduce per layer forward and 2 backward, within {t} ranks",
+            price=f"splitting every layer across {t} ranks, which wants them in one node"))
     if w.pp:
         if not w.activation_bytes:
             raise StrategyError("--pp needs --hidden, --seq and --micro-batch")
@@ -149,7 +151,8 @@ def plans(w):
         bubble = (stages - 1) / (m + stages - 1)
         result.append(Plan(f"PP={stages}", 16 * p / stages, [
             Collective("pt2pt", w.activation_bytes, 2 * m, w.activation_bytes)],
-            note=f"bubble {bubble:.0%} of the step ((p-1)/(m+p-1), m={m})"))
+            note=f"bubble {bubble:.0%} of the step ((p-1)/(m+p-1), m={m})",
+            price=f"a pipeline bubble of {bubble:.0%} of the step"))
     return result
 
 
@@ -184,6 +187,7 @@ def analyse(w, curves, measured_world_size=None):
             "memory_bytes_per_rank": plan.memory,
             "fits": plan.memory <= w.gpu_mem_gb * GB,
             "note": plan.note,
+            "price": plan.price,
         })
     warnings = []
     if measured_world_size and measured_world_size != w.world_size:
@@ -257,6 +261,12 @@ def recommend(rows, w):
         floor = row
     if ddp["fits"] and best is not ddp:
         text += f"; plain DDP also fits ({_gb(ddp['memory_bytes_per_rank'])}, {_time(ddp)})"
+    for row in rows:  # model parallelism that fits and communicates less
+        if row in data_parallel or not row["fits"] or row["comm_seconds_per_step"] is None \
+                or not timed or row["comm_seconds_per_step"] >= best["comm_seconds_per_step"]:
+            continue
+        text += (f"; {row['strategy']} also fits ({_gb(row['memory_bytes_per_rank'])}) and "
+                 f"communicates less ({_time(row)}), at the price of {row['price']}")
     return text + "."
 
 
