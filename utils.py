@@ -1179,14 +1179,14 @@ def run_collective(collective, args, comm):
         where = f"rank {comm.rank}: {collective.name} at {numel} elements of {args.dtype} per rank"
         with deadline(args.timeout, f"{where} did not finish within {args.timeout:g} s; a peer "
                                     "rank likely died or is stuck (see its log)"):
-            buffers = allocate(collective, numel, args, comm)
-            if buffers is None:
-                break
-            if bar is not None:
-                bar.clear()  # the row goes where the bar was; the bar is redrawn below it
             try:
+                buffers = allocate(collective, numel, args, comm)
+                if buffers is None:
+                    break
+                if bar is not None:
+                    bar.clear()  # the row goes where the bar was; the bar is redrawn below it
                 records.append(timed_collective(collective, *buffers, args, comm))
-            except RuntimeError as error:  # DistError is a RuntimeError
+            except RuntimeError as error:  # DistError is a RuntimeError: a peer failed, mostly
                 reason = str(error).strip().splitlines()[0][:300] if str(error).strip() else \
                     type(error).__name__
                 raise BenchmarkError(f"{where} failed: {reason}", rank_local=True) from None
@@ -1241,11 +1241,21 @@ def guard_stop_signals():
     threading.Thread(target=wait_for_stop, name="commbench-stop", daemon=True).start()
 
 
-def _rank_for_messages():
+def _rank_for_messages(exact=False):
     try:
         return discover_launch_env().rank
     except BenchmarkError:
-        return 0
+        return "?" if exact else 0
+
+
+PEER_FAILURES = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+                 "timed out", "Timed out")
+
+
+def _peer_failure(error):
+    """A collective failed because another rank went away or went silent."""
+    dist_error = getattr(torch.distributed, "DistError", ())
+    return isinstance(error, dist_error) or any(text in str(error) for text in PEER_FAILURES)
 
 
 def cli(run, argv=None):
@@ -1256,6 +1266,13 @@ def cli(run, argv=None):
     try:
         args = benchmark_parser().parse_args(argv)
         run(args.local_rank, args)
+    except RuntimeError as error:
+        if not _peer_failure(error):
+            raise  # unexpected: keep the traceback
+        status = 1
+        first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+        emit(sys.stderr, f"{PROG}: error: rank {_rank_for_messages(True)}: lost its peers between "
+                         f"measurements: {first}")
     except BenchmarkError as error:
         status = error.exit_code
         if error.rank_local or _rank_for_messages() == 0:

@@ -1,6 +1,7 @@
 """No hang and no traceback when a peer dies or is stuck, or ranks disagree on arguments."""
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -26,11 +27,7 @@ def test_killed_rank_ends_the_job(tmp_path, launcher, dist):
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        started = time.monotonic()
-        while time.monotonic() - started < 120:
-            if path.exists() and len(results.read(str(path))[1]) >= 3:
-                break
-            time.sleep(0.05)
+        wait_for_records(path, 3)
         ranks = [p for p in __import__("psutil").Process(proc.pid).children(recursive=True)
                  if "all_gather.py" in " ".join(p.cmdline()) and p.name().startswith("python")]
         victim = [p for p in ranks if p.environ().get("RANK", p.environ().get("PMI_RANK")) == "1"]
@@ -55,6 +52,16 @@ def test_killed_rank_ends_the_job(tmp_path, launcher, dist):
     records = results.read(str(path))[1]
     assert len(records) >= 3
     assert [r["numel"] for r in records] == [2 * 2 ** p for p in range(1, len(records) + 1)]
+
+
+def wait_for_records(path, count, limit=120):
+    """Until the results file holds `count` measured sizes (a run is mid-scan)."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        if path.exists() and len(results.read(str(path))[1]) >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never reached {count} records")
 
 
 def test_stuck_rank_hits_the_timeout(run):
@@ -147,11 +154,7 @@ def test_interrupt_mid_scan(tmp_path, launcher, how):
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     number = signal.SIGTERM if "SIGTERM" in how else signal.SIGINT
     try:
-        started = time.monotonic()
-        while time.monotonic() - started < 120:
-            if path.exists() and len(results.read(str(path))[1]) >= 3:
-                break
-            time.sleep(0.05)
+        wait_for_records(path, 3)
         sent = time.monotonic()
         if "process group" in how:
             os.killpg(proc.pid, number)
@@ -166,7 +169,9 @@ def test_interrupt_mid_scan(tmp_path, launcher, how):
     else:
         assert proc.returncode != 0
     assert elapsed < 15, elapsed
-    assert stderr.count(f"commbench: stopped by {number.name}") == 1, stderr[-3000:]
+    # A launcher may pass the stop on as SIGTERM before the ranks see the SIGINT itself.
+    said = re.findall(r"commbench: stopped by (SIGINT|SIGTERM)", stderr)
+    assert said == [number.name] or (launcher != "python" and said == ["SIGTERM"]), stderr[-3000:]
     meta, records = results.read(str(path))  # a whole document, never half-written
     assert meta["ops"] == ["all_gather"] and 3 <= len(records) < 23
     assert not list(tmp_path.glob("*.tmp*"))
