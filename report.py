@@ -103,7 +103,8 @@ def _from_table(path, text):
         header = HEADER.match(line)
         if header:
             op = header.group(1)
-            world.add(int(header.group(2))) if op != "pt2pt" else None
+            if op != "pt2pt":  # pt2pt's header always says 2 devices
+                world.add(int(header.group(2)))
             continue
         if line.startswith("Size (Bytes)"):
             raw = "Duration (us)" in line

@@ -177,6 +177,23 @@ def run():
     return launch
 
 
+@pytest.fixture(scope="session")
+def two_runs(tmp_path_factory):
+    """The same scan through torch.distributed and through deepspeed.comm, 2 ranks, saved both
+    as results files and as the printed table."""
+    folder = tmp_path_factory.mktemp("runs")
+    runs = {}
+    for dist in ("torch", "deepspeed"):
+        path = folder / f"{dist}.jsonl"
+        result = launch("run_all.py", "--scan", "--maxsize=18", "--trials=5", f"--dist={dist}",
+                        "--all-reduce", "--broadcast", f"--output={path}", nproc=2)
+        assert result.returncode == 0, result
+        table = folder / f"{dist}.txt"
+        table.write_text(result.stdout)
+        runs[dist] = (path, table)
+    return runs
+
+
 sys.path.insert(0, str(ROOT))
 
 

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 import results
-from conftest import BIN, ROOT, base_env, free_port, launcher_command, parse_tables
+from conftest import ROOT, base_env, free_port, launcher_command, parse_tables
 
 SI_FIELDS = ("size_bytes", "numel", "duration_s", "throughput_Bps", "busbw_Bps")
 

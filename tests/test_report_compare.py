@@ -20,25 +20,6 @@ def compare_json(a, b, *extra):
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
-
-@pytest.fixture(scope="module")
-def two_runs(tmp_path_factory):
-    """The same scan through torch.distributed and through deepspeed.comm, 2 ranks, saved both
-    as results files and as the printed table."""
-    from conftest import launch
-    folder = tmp_path_factory.mktemp("runs")
-    runs = {}
-    for dist in ("torch", "deepspeed"):
-        path = folder / f"{dist}.jsonl"
-        result = launch("run_all.py", "--scan", "--maxsize=18", "--trials=5", f"--dist={dist}",
-                        "--all-reduce", "--broadcast", f"--output={path}", nproc=2)
-        assert result.returncode == 0, result
-        table = folder / f"{dist}.txt"
-        table.write_text(result.stdout)
-        runs[dist] = (path, table)
-    return runs
-
-
 def test_compare_two_real_runs(two_runs):
     torch_file, deepspeed_file = two_runs["torch"][0], two_runs["deepspeed"][0]
     report_ = compare_json(torch_file, deepspeed_file)

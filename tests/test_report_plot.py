@@ -6,7 +6,7 @@ import sys
 
 import report
 from conftest import ROOT
-from test_report_compare import FIXTURES, two_runs  # noqa: F401 (shared module fixture)
+from test_report_compare import FIXTURES
 
 
 def png_size(path):
@@ -15,7 +15,7 @@ def png_size(path):
     return struct.unpack(">II", data[16:24])
 
 
-def test_plot_has_a_line_per_run_per_panel(two_runs, tmp_path):  # noqa: F811
+def test_plot_has_a_line_per_run_per_panel(two_runs, tmp_path):
     runs = [report.load_run(str(two_runs["torch"][0])), report.load_run(str(two_runs["deepspeed"][1])),
             report.load_run(str(FIXTURES / "all_reduce_perf.txt"))]
     output = tmp_path / "curves.png"
@@ -40,7 +40,7 @@ def test_plot_has_a_line_per_run_per_panel(two_runs, tmp_path):  # noqa: F811
     assert list(x) == sorted(data) and list(y) == [data[s].duration * 1e6 for s in sorted(data)]
 
 
-def test_plot_command_line_svg(two_runs, tmp_path):  # noqa: F811
+def test_plot_command_line_svg(two_runs, tmp_path):
     output = tmp_path / "curves.svg"
     proc = subprocess.run([sys.executable, "report.py", "plot", str(two_runs["torch"][0]),
                            str(two_runs["deepspeed"][0]), "-o", str(output)], cwd=ROOT,
