@@ -12,6 +12,7 @@ ALL_GATHER = utils.Collective(
     algbw_factor=lambda n: n,
     busbw_factor=lambda n: n - 1,  # (nS/t) * (n-1)/n
     size_rule=utils.GATHERED,
+    staging=lambda n: n,  # gloo gathers into a temporary n-fold output, then copies it
     # Output position i holds element i mod E of rank i div E.
     expected=lambda values, rank, n, numel, index: values(index // numel, index % numel),
 )

@@ -12,6 +12,7 @@ REDUCE_SCATTER = utils.Collective(
     algbw_factor=lambda n: 1,
     busbw_factor=lambda n: (n - 1) / n,
     size_rule=utils.SPLIT,
+    staging=lambda n: 1,  # gloo reduces a temporary copy of the whole input
     # Rank r keeps the sum of chunk r (E/n elements from r·E/n) of every rank.
     expected=lambda values, rank, n, numel, index: sum(
         values(s, rank * (numel // n) + index) for s in range(n)),

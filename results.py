@@ -17,8 +17,10 @@ CSV_FIELDS = (
     "op", "dist", "backend", "device", "dtype", "world_size", "size_bytes", "numel",
     "element_size", "trials", "duration_s", "throughput_Bps", "busbw_Bps", "wrong",
     "min_s", "median_s", "p99_s", "max_s", "cv", "slowest_rank", "durations_per_rank_s",
-    "trials_per_rank",
+    "trials_per_rank", "memory_used_per_rank_bytes",
 )
+# Per-rank lists, written to a .csv cell as space-separated figures ("-" for none).
+CSV_LISTS = ("durations_per_rank_s", "trials_per_rank", "memory_used_per_rank_bytes")
 
 
 class ResultsError(Exception):
@@ -108,8 +110,8 @@ class CsvWriter:
         row = {key: self._meta.get(key) for key in ("dist", "backend", "device", "dtype")}
         row.update(record)
         row.update(record.get("stats") or {})
-        for key in ("durations_per_rank_s", "trials_per_rank"):
-            row[key] = " ".join(repr(x) for x in record[key])
+        for key in CSV_LISTS:
+            row[key] = " ".join("-" if x is None else repr(x) for x in record.get(key, ()))
         self._csv.writerow({k: ("" if v is None else v) for k, v in row.items()})
         _flush(self._handle)
 
@@ -168,6 +170,6 @@ def _typed_csv_row(row):
         typed[key] = int(row[key]) if row.get(key) else None
     for key in floats:
         typed[key] = float(row[key]) if row.get(key) else None
-    typed["durations_per_rank_s"] = [float(x) for x in row["durations_per_rank_s"].split()]
-    typed["trials_per_rank"] = [int(x) for x in row["trials_per_rank"].split()]
+    for key, kind in zip(CSV_LISTS, (float, int, int)):
+        typed[key] = [None if x == "-" else kind(x) for x in (row.get(key) or "").split()]
     return typed

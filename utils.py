@@ -702,6 +702,9 @@ class Collective:
     min_world_size: int = 1
     shown_world_size: Optional[int] = None  # pt2pt's header always says 2 devices
     debug: Optional[Callable] = None  # (comm, input, output) -> str, for --debug
+    # n -> the multiple of the input a CPU backend copies it through while the op runs
+    # (gloo, measured by benchmarks/memory.py); counted by the single-size memory plan.
+    staging: Optional[Callable[[int], float]] = None
 
 
 def bound(function, *args, async_op=False):
@@ -727,7 +730,7 @@ def scan_numels(world_size, maxsize):
     return [world_size * 2 ** p for p in range(1, maxsize)]
 
 
-def _available_host_memory():
+def _meminfo_available():
     try:
         with open("/proc/meminfo") as meminfo:
             for line in meminfo:
@@ -742,22 +745,156 @@ def _available_host_memory():
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+def _read_number(path):
+    try:
+        with open(path) as file:
+            text = file.read().split()
+    except OSError:
+        return None
+    return int(text[0]) if text and text[0].isdigit() else None
+
+
+def _read_stat(path, key):
+    try:
+        with open(path) as file:
+            for line in file:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+# (mount, limit file, usage file, reclaimable page-cache key in memory.stat) per cgroup version.
+_CGROUP_MEMORY = {
+    "v2": ("/sys/fs/cgroup", "memory.max", "memory.current", "inactive_file"),
+    "v1": ("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes",
+           "total_inactive_file"),
+}
+
+
+def cgroup_memory_headroom(proc_cgroup="/proc/self/cgroup"):
+    """Bytes this process's memory cgroup still lets it use: limit - working set (usage less
+    reclaimable page cache), the tightest over the cgroup and its ancestors; None without a
+    limit. Inside a container or a Slurm job with ConstrainRAMSpace, MemAvailable describes
+    the whole host and the cgroup is what the OOM killer enforces."""
+    try:
+        with open(proc_cgroup) as file:
+            lines = file.read().splitlines()
+    except OSError:
+        return None
+    headroom = None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            version = "v2"
+        elif "memory" in controllers.split(","):
+            version = "v1"
+        else:
+            continue
+        mount, limit_file, usage_file, cache_key = _CGROUP_MEMORY[version]
+        parts = [part for part in path.split("/") if part]
+        for depth in range(len(parts), -1, -1):
+            directory = os.path.join(mount, *parts[:depth])
+            limit = _read_number(os.path.join(directory, limit_file))
+            usage = _read_number(os.path.join(directory, usage_file))
+            if limit is None or usage is None or limit >= 1 << 60:  # "max", or v1's no limit
+                continue
+            working_set = usage - _read_stat(os.path.join(directory, "memory.stat"), cache_key)
+            room = max(0, limit - max(working_set, 0))
+            headroom = room if headroom is None else min(headroom, room)
+    return headroom
+
+
+def host_available_memory():
+    """(bytes, where from): the host's available memory, or less if a cgroup limit binds."""
+    available, source = _meminfo_available(), "MemAvailable"
+    headroom = cgroup_memory_headroom()
+    if headroom is not None and headroom < available:
+        available, source = headroom, "cgroup memory limit less usage"
+    return available, source
+
+
 def per_rank_memory(comm):
-    """Bytes one rank may plan on: its device's total memory, or on CPU the host's available
-    memory shared by the ranks on this host. The minimum over ranks, so every rank agrees."""
+    """(bytes, where from) one rank may plan on: its device's total memory, or on CPU the host's
+    available memory shared by the ranks on this host. The minimum over ranks: all agree."""
     if not comm.on_accelerator:
-        memory = _available_host_memory() // comm.local_world_size
+        available, source = host_available_memory()
+        memory = available // comm.local_world_size
+        source = f"{source} / {comm.local_world_size} local rank" + \
+            ("s" if comm.local_world_size > 1 else "")
     elif comm.accelerator is not None:
-        memory = comm.accelerator.total_memory(comm.device.index)
+        memory, source = comm.accelerator.total_memory(comm.device.index), "device total"
     else:
         module = torch.get_device_module(comm.device.type)
         memory = module.get_device_properties(comm.device.index).total_memory
-    return comm.min_over_ranks(memory)
+        source = "device total"
+    return comm.min_over_ranks(memory), source
 
 
-def max_numel(collective, args, comm, memory=None):
-    """The element count of a single-size run (SPEC §4), and the plan as a line of text."""
-    memory = per_rank_memory(comm) if memory is None else memory
+def free_device_memory(comm, memory):
+    """Bytes free on this rank's accelerator now (its context and other users excluded), the
+    minimum over ranks; `memory` (the CPU plan's share) on CPU."""
+    if not comm.on_accelerator:
+        return memory
+    free = memory
+    try:
+        if comm.accelerator is not None and hasattr(comm.accelerator, "available_memory"):
+            free = comm.accelerator.available_memory(comm.device.index)
+        else:
+            free = torch.get_device_module(comm.device.type).mem_get_info(comm.device.index)[0]
+    except (AttributeError, RuntimeError, TypeError):
+        pass
+    return comm.min_over_ranks(min(free, memory))
+
+
+def buffer_multiples(collective, numel, comm):
+    """[(what, bytes per byte of input)]: every buffer of one size as a multiple of the input."""
+    n = comm.world_size
+    parts = [("input", 1.0)]
+    if collective.output_numel is not None:
+        parts.append(("output", collective.output_numel(numel, n) / numel))
+    if collective.staging is not None and not comm.on_accelerator:
+        parts.append((f"{comm.backend} staging copy", collective.staging(n)))
+    return parts
+
+
+def _power_of_two_below(x):
+    return 2 ** math.floor(math.log2(x)) if x >= 1 else 0
+
+
+def _round_numel(collective, elements, n):
+    """SPEC §4's E from a budget of `elements` (all_gather's budget covers its n-fold output)."""
+    if collective.size_rule == WHOLE:
+        return int(elements)
+    power = _power_of_two_below(elements / n)
+    return power * (n if collective.size_rule == SPLIT else 1)
+
+
+def _fitting_numel(collective, elements, n):
+    """The largest E of the op's form (any, a power of two, n x a power of two) <= elements."""
+    if collective.size_rule == WHOLE:
+        return int(elements)
+    if collective.size_rule == GATHERED:
+        return _power_of_two_below(elements)
+    return n * _power_of_two_below(elements / n)
+
+
+def plan_single_size(collective, args, comm, memory=None, source="given", usable=None):
+    """(E, plan line) of a single-size run.
+
+    E follows SPEC §4 from the per-rank memory and --mem-factor (the original's rule), and is
+    then capped so that everything the op allocates per rank fits in the usable memory: the
+    input, the output (all_gather's is n-fold), the copy a CPU backend stages the data
+    through (gloo: all_gather's n-fold output, reduce_scatter's input; measured by
+    benchmarks/memory.py), the backend's fixed buffers, and the --check working set. The
+    usable memory is 90% of the planned-on memory on CPU, 90% of the free memory on a device.
+    """
+    if memory is None:
+        memory, source = per_rank_memory(comm)
+    if usable is None:
+        usable = int(free_device_memory(comm, memory) * constants.USABLE_MEMORY_FRACTION)
     element_size = torch.empty((), dtype=get_dtype(args.dtype)).element_size()
     n = comm.world_size
     if collective.size_rule == WHOLE:
@@ -767,18 +904,29 @@ def max_numel(collective, args, comm, memory=None):
     else:
         factor = args.mem_factor
     budget = memory * factor
-    if collective.size_rule == WHOLE:
-        numel = int(budget // element_size)
+    numel = _round_numel(collective, budget / element_size, n)
+    reserve = constants.BACKEND_MEMORY_RESERVE + (CHECK_RESERVE if args.check else 0)
+    parts = buffer_multiples(collective, max(numel, n), comm)
+    multiple = sum(share for _, share in parts)
+
+    def need(elements):
+        return int(elements * element_size * multiple) + reserve
+
+    line = (f"{collective.name}: per-rank memory {memory} B ({source}); SPEC rule: {memory} B x "
+            f"{factor:g} = {int(budget)} B -> {numel} elements of {element_size} B; buffers "
+            f"({' + '.join(f'{what} {share:g}' for what, share in parts)}) x "
+            f"{numel * element_size} B + {reserve} B reserve = {need(numel)} B, ")
+    if need(numel) > usable:
+        fitting = _fitting_numel(collective, max(0, usable - reserve) / element_size / multiple, n)
+        line += f"over the {usable} B usable ({constants.USABLE_MEMORY_FRACTION:.0%}), so capped; "
+        numel = fitting
     else:
-        per_peer = budget / element_size / n
-        power = 2 ** math.floor(math.log2(per_peer)) if per_peer >= 1 else 0
-        numel = power * (n if collective.size_rule == SPLIT else 1)
-    plan = (f"{collective.name}: single size from per-rank memory {memory} B x {factor:g} = "
-            f"{int(budget)} B -> {numel} elements of {element_size} B")
+        line += f"within the {usable} B usable ({constants.USABLE_MEMORY_FRACTION:.0%}); "
     if numel < 1:
         raise BenchmarkError(f"{collective.name}: --mem-factor {args.mem_factor} of {memory} B per "
-                             "rank leaves no room for one element per rank; raise --mem-factor")
-    return numel, plan
+                             f"rank ({source}) leaves no room for one element per rank; raise "
+                             "--mem-factor or free memory")
+    return numel, line + f"planned: {numel} elements, {need(numel)} B"
 
 
 # --------------------------------------------------------------------------- timing
@@ -951,7 +1099,10 @@ def check_values(collective, dtype, world_size):
     return CheckValues(max(1, min(101, top + 1)))
 
 
-CHECK_CHUNK = 1 << 22  # elements compared at a time, to bound the memory of the check
+CHECK_CHUNK = 1 << 18  # elements compared at a time, to bound the memory of the check
+# The check's working set: int64 temporaries of a chunk and the allocator's slack around them
+# (at most ~25 MB measured by benchmarks/memory.py at 3 ranks).
+CHECK_RESERVE = 64 << 20
 
 
 def count_wrong(collective, call, input, output, args, comm):
@@ -1074,6 +1225,46 @@ def _is_out_of_memory(error):
         or "can't allocate memory" in text
 
 
+class MemoryMeter:
+    """The most memory one message size takes on this rank, above what the rank held before
+    its buffers were allocated: resident memory (VmHWM - VmRSS, the high-water mark reset
+    first) on CPU, torch's allocator peak on an accelerator. None where neither is readable."""
+
+    def __init__(self, comm):
+        self._device = comm.device if comm.on_accelerator else None
+        self._before = None
+        try:
+            if self._device is None:
+                with open("/proc/self/clear_refs", "w") as clear:
+                    clear.write("5")  # resets this process's peak resident set size
+                self._before = self._status("VmRSS")
+            else:
+                module = torch.get_device_module(self._device.type)
+                module.reset_peak_memory_stats(self._device)
+                self._before = module.memory_allocated(self._device)
+        except (OSError, AttributeError, RuntimeError, TypeError):
+            self._before = None
+
+    @staticmethod
+    def _status(key):
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+        raise OSError(f"no {key} in /proc/self/status")
+
+    def peak(self):
+        if self._before is None:
+            return None
+        try:
+            if self._device is None:
+                return max(0, self._status("VmHWM") - self._before)
+            module = torch.get_device_module(self._device.type)
+            return max(0, module.max_memory_allocated(self._device) - self._before)
+        except (OSError, AttributeError, RuntimeError, TypeError):
+            return None
+
+
 def allocate(collective, numel, args, comm):
     """(input, output) for one size, or None on every rank when any rank ran out of memory.
 
@@ -1101,17 +1292,19 @@ def allocate(collective, numel, args, comm):
     return buffers
 
 
-def timed_collective(collective, input, output, args, comm):
+def timed_collective(collective, input, output, args, comm, meter=None):
     """Time one message size, check it with --check, print its row and record it.
 
-    Returns the record written to the results file (figures in bytes, seconds, bytes/s).
+    meter: the MemoryMeter started before the buffers were allocated, for the record's
+    memory figure. Returns the record written to the results file (bytes, seconds, bytes/s).
     """
     call = collective.bind(comm, input, output, args.async_op)
     timing = time_op(call, args, comm)
     wrong = None
     if args.check:
         wrong = comm.sum_over_ranks(count_wrong(collective, call, input, output, args, comm))
-    mine = [timing.mean, timing.count]
+    used = meter.peak() if meter is not None else None
+    mine = [timing.mean, timing.count, -1 if used is None else used]
     if args.stats:
         mine += [summarize(timing.trials)[k] for k in STATS] + [timing.late]
     per_rank = comm.gather_figures(mine)
@@ -1122,11 +1315,13 @@ def timed_collective(collective, input, output, args, comm):
               "element_size": input.element_size(), "trials": timing.count,
               "trials_per_rank": [int(figures[1]) for figures in per_rank],
               "duration_s": timing.mean, "throughput_Bps": tput, "busbw_Bps": busbw,
-              "durations_per_rank_s": [figures[0] for figures in per_rank], "wrong": wrong}
+              "durations_per_rank_s": [figures[0] for figures in per_rank], "wrong": wrong,
+              "memory_used_per_rank_bytes": [None if figures[2] < 0 else int(figures[2])
+                                             for figures in per_rank]}
     extra = [str(timing.count)] if args.time_budget else []
     if args.stats:
-        record["stats"] = dict(zip(STATS, per_rank[0][2:]))
-        record["stats_per_rank"] = [dict(zip(STATS + ("late_s",), figures[2:]))
+        record["stats"] = dict(zip(STATS, per_rank[0][3:]))
+        record["stats_per_rank"] = [dict(zip(STATS + ("late_s",), figures[3:]))
                                     for figures in per_rank]
         # The straggler is the rank the others wait for: in a collective every rank's trials
         # end together, so the one that is slowest is the one that comes latest to each call.
@@ -1170,7 +1365,7 @@ def run_collective(collective, args, comm):
     if args.scan:
         numels = scan_numels(comm.world_size, args.maxsize)
     else:
-        numel, plan = max_numel(collective, args, comm)
+        numel, plan = plan_single_size(collective, args, comm)
         note(comm, plan)
         numels = [numel]
     print_header(args, collective.name, collective.shown_world_size or comm.world_size, comm)
@@ -1180,12 +1375,13 @@ def run_collective(collective, args, comm):
         with deadline(args.timeout, f"{where} did not finish within {args.timeout:g} s; a peer "
                                     "rank likely died or is stuck (see its log)"):
             try:
+                meter = MemoryMeter(comm)
                 buffers = allocate(collective, numel, args, comm)
                 if buffers is None:
                     break
                 if bar is not None:
                     bar.clear()  # the row goes where the bar was; the bar is redrawn below it
-                records.append(timed_collective(collective, *buffers, args, comm))
+                records.append(timed_collective(collective, *buffers, args, comm, meter=meter))
             except RuntimeError as error:  # DistError is a RuntimeError: a peer failed, mostly
                 reason = str(error).strip().splitlines()[0][:300] if str(error).strip() else \
                     type(error).__name__

@@ -155,11 +155,12 @@ def require_launcher(launcher):
         pytest.skip(why)
 
 
-def launch(script, *args, nproc=1, launcher=None, env=None, timeout=240):
+def launch(script, *args, nproc=1, launcher=None, env=None, timeout=240, preexec_fn=None):
     """Run `script` (a file at the repository root) on `nproc` local ranks and parse its output.
 
     launcher: python (one rank), torchrun, deepspeed, mpirun (MPICH), openmpi or srun;
-    default python for one rank, torchrun otherwise.
+    default python for one rank, torchrun otherwise. preexec_fn runs in the launcher's process
+    before it starts (to enter a memory cgroup, say).
     """
     launcher = launcher or ("python" if nproc == 1 else "torchrun")
     require_launcher(launcher)
@@ -168,7 +169,7 @@ def launch(script, *args, nproc=1, launcher=None, env=None, timeout=240):
     cmd = launcher_command(launcher, nproc, port, environment["PATH"]) + [script] + \
         [str(a) for a in args]
     proc = subprocess.run(cmd, cwd=ROOT, env=environment, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+                          timeout=timeout, stdin=subprocess.DEVNULL, preexec_fn=preexec_fn)
     return Run(cmd, proc.returncode, proc.stdout, proc.stderr, parse_tables(proc.stdout))
 
 

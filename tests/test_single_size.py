@@ -1,13 +1,17 @@
-"""Single-size runs: E follows SPEC §4 from the per-rank memory the run reports on stderr."""
+"""Single-size runs: E follows SPEC §4 from the per-rank memory the run reports on stderr, capped
+so that every buffer the op allocates fits (see test_memory.py for runs against a real limit)."""
 
 import re
 
 import pytest
 
-from formulas import expected_ops, single_size
+from formulas import CPU_FOOTPRINT, expected_ops, planned_single_size, single_size
 
-PLAN = re.compile(r"commbench: (\w+): single size from per-rank memory (\d+) B x ([\d.e-]+) = "
-                  r"(\d+) B -> (\d+) elements of (\d+) B")
+PLAN = re.compile(r"commbench: (?P<op>\w+): per-rank memory (?P<memory>\d+) B \((?P<source>[^)]*)\); "
+                  r"SPEC rule: \d+ B x (?P<factor>[\d.e-]+) = \d+ B -> (?P<nominal>\d+) elements of "
+                  r"(?P<element_size>\d+) B; buffers \((?P<parts>[^)]*)\) x \d+ B \+ (?P<reserve>\d+) "
+                  r"B reserve = (?P<need>\d+) B, (?P<verdict>within|over) the (?P<usable>\d+) B usable "
+                  r"\(90%\)(?:, so capped)?; planned: (?P<numel>\d+) elements, (?P<planned>\d+) B$")
 MEM_FACTOR = 1e-6
 
 
@@ -16,22 +20,32 @@ def host_memory():
     return {k: int(v.split()[0]) * 1024 for k, v in fields.items() if k in ("MemTotal", "MemAvailable")}
 
 
+def plans_of(result):
+    return {m["op"]: m for m in map(PLAN.match, result.stderr.splitlines()) if m}
+
+
 @pytest.mark.parametrize("nproc,dist", [(1, "torch"), (3, "torch"), (2, "deepspeed")])
 def test_single_size_follows_memory_rule(run, nproc, dist):
     before = host_memory()
     result = run("run_all.py", "--raw", f"--mem-factor={MEM_FACTOR}", "--trials=3", "--warmups=1",
                  f"--dist={dist}", nproc=nproc)
     assert result.returncode == 0, result
-    plans = {m.group(1): m for m in map(PLAN.match, result.stderr.splitlines()) if m}
+    plans = plans_of(result)
     assert list(plans) == expected_ops(nproc), result
     for op, plan in plans.items():
-        memory, factor, numel = int(plan.group(2)), float(plan.group(3)), int(plan.group(5))
+        memory, factor, numel = int(plan["memory"]), float(plan["factor"]), int(plan["numel"])
         # CPU: the host's available memory shared by the local ranks, never total RAM per rank.
         assert memory <= before["MemTotal"] // nproc
         assert memory >= 0.5 * before["MemAvailable"] // nproc
-        want_factor, want_numel = single_size(op, memory, MEM_FACTOR, 4, nproc)
+        assert plan["source"] == "MemAvailable / " + \
+            (f"{nproc} local ranks" if nproc > 1 else "1 local rank")
+        want_factor, want_nominal = single_size(op, memory, MEM_FACTOR, 4, nproc)
         assert factor == pytest.approx(want_factor, rel=1e-5)
-        assert numel == want_numel, (op, memory)
+        assert int(plan["nominal"]) == want_nominal, (op, memory)
+        assert numel == planned_single_size(op, memory, MEM_FACTOR, 4, nproc), (op, memory)
+        # What the plan counts: every buffer, the backend's staging copy, and its reserve.
+        assert int(plan["planned"]) == int(numel * 4 * CPU_FOOTPRINT[op](nproc)) + 64 * 2 ** 20
+        assert int(plan["planned"]) <= int(plan["usable"]) == int(memory * 0.9)
         table = result.table(op)
         assert [row.description for row in table.rows] == [f"{numel}x4"]
         assert int(table.rows[0].size) == numel * 4
@@ -46,3 +60,5 @@ def test_single_size_half_precision(run):
     (row,) = result.table("all_gather").rows
     assert row.element_size == 2
     assert row.numel & (row.numel - 1) == 0  # a power of two
+    plan = plans_of(result)["all_gather"]
+    assert int(plan["planned"]) == row.numel * 2 * 7 + 64 * 2 ** 20

@@ -1,0 +1,120 @@
+"""Single-size runs at --mem-factor 1 with 3 local ranks, inside a real memory limit.
+
+Each run is started in a memory cgroup of its own (a few GB, so that the test is safe on a
+shared machine): the kernel's OOM killer enforces the limit exactly as it would the host's RAM,
+and the suite must read the limit (as it does inside a container or a Slurm job) and plan every
+buffer against it. SPEC §4's rule alone asks for more than the limit at this factor, so a
+planner that forgot a buffer would be killed here, not merely print a wrong figure.
+"""
+
+import json
+import os
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from conftest import assert_no_traceback, launch
+from formulas import CPU_FOOTPRINT, expected_ops
+from test_single_size import PLAN
+
+MIB = 1 << 20
+V1 = Path("/sys/fs/cgroup/memory")
+V2 = Path("/sys/fs/cgroup")
+
+
+class MemoryCgroup:
+    """A memory cgroup (v1 or v2) with a limit; processes started with `enter` run inside it."""
+
+    def __init__(self, limit):
+        name = f"commbench-test-{uuid.uuid4().hex[:8]}"
+        if (V2 / "cgroup.controllers").exists() and \
+                "memory" in (V2 / "cgroup.subtree_control").read_text().split():
+            self.path, self.limit_file, self.peak_file = V2 / name, "memory.max", "memory.peak"
+        else:
+            self.path = V1 / name
+            self.limit_file, self.peak_file = "memory.limit_in_bytes", "memory.max_usage_in_bytes"
+        self.path.mkdir()
+        (self.path / self.limit_file).write_text(str(limit))
+        self.limit = limit
+
+    def enter(self):  # runs in the child between fork and exec
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def peak(self):
+        file = self.path / self.peak_file
+        return int(file.read_text()) if file.exists() else None
+
+    def oom_kills(self):
+        for name in ("memory.oom_control", "memory.events"):
+            file = self.path / name
+            if file.exists():
+                fields = dict(line.split() for line in file.read_text().splitlines())
+                return int(fields.get("oom_kill", 0))
+        return 0
+
+    def remove(self):
+        for pid in (self.path / "cgroup.procs").read_text().split():
+            os.kill(int(pid), 9)  # nothing may outlive the test; none should be left
+        self.path.rmdir()
+
+
+@contextmanager
+def memory_cgroup(limit):
+    try:
+        group = MemoryCgroup(limit)
+    except OSError as error:
+        why = f"cannot make a memory cgroup here ({error}); run the tests as root"
+        if os.environ.get("COMMBENCH_REQUIRE_LAUNCHERS"):
+            pytest.fail(why)
+        pytest.skip(why)
+    try:
+        yield group
+    finally:
+        group.remove()
+
+
+def records_of(path):
+    lines = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    return {r["op"]: r for r in lines if r.get("type") == "result"}
+
+
+@pytest.mark.parametrize("dist,launcher,ops,limit_mib", [
+    ("torch", "torchrun", [], 2500),
+    ("deepspeed", "deepspeed", ["--all-gather", "--reduce-scatter"], 3000),
+])
+def test_mem_factor_1_with_3_ranks_fits_a_memory_limit(tmp_path, dist, launcher, ops, limit_mib):
+    output = tmp_path / "results.jsonl"
+    with memory_cgroup(limit_mib * MIB) as group:
+        result = launch("run_all.py", "--mem-factor=1", "--trials=2", "--warmups=1", "--check",
+                        f"--dist={dist}", f"--output={output}", *ops, nproc=3, launcher=launcher,
+                        preexec_fn=group.enter)
+        peak, kills = group.peak(), group.oom_kills()
+    assert result.returncode == 0, result
+    assert kills == 0 and peak <= group.limit, (kills, peak)
+    assert_no_traceback(result)
+
+    plans = {m["op"]: m for m in map(PLAN.match, result.stderr.splitlines()) if m}
+    wanted = [op.strip("-").replace("-", "_") for op in ops] or expected_ops(3)
+    assert list(plans) == wanted, result
+    records = records_of(output)
+    for op, plan in plans.items():
+        memory, usable, planned = int(plan["memory"]), int(plan["usable"]), int(plan["planned"])
+        # The limit, not the host's MemAvailable, is what the ranks share.
+        assert plan["source"] == "cgroup memory limit less usage / 3 local ranks", plan.string
+        assert 3 * memory < group.limit
+        # SPEC's rule alone would not fit: it is the plan that keeps the run alive.
+        assert plan["verdict"] == "over" and 3 * int(plan["need"]) > group.limit, plan.string
+        assert planned <= usable == int(memory * 0.9)
+        numel = int(plan["numel"])
+        assert planned == int(numel * 4 * CPU_FOOTPRINT[op](3)) + 128 * MIB  # with --check
+        # SPEC's rounding (floor, or a power of two) may halve the buffers, never more.
+        assert planned - 128 * MIB > (usable - 128 * MIB) / 2, plan.string
+        # What each rank used (peak resident memory above its memory before the buffers) stays
+        # within what was planned for it.
+        record = records[op]
+        assert record["numel"] == numel and record["wrong"] == 0
+        used = record["memory_used_per_rank_bytes"]
+        assert len(used) == 3 and all(u is not None and u <= planned for u in used), (op, used)
+    assert len(result.tables) == len(wanted)
