@@ -834,8 +834,8 @@ def per_rank_memory(comm):
 
 
 def free_device_memory(comm, memory):
-    """Bytes free on this rank's accelerator now (its context and other users excluded), the
-    minimum over ranks; `memory` (the CPU plan's share) on CPU."""
+    """Bytes free on this rank's accelerator now (its context and other users excluded), at
+    most `memory`; `memory` itself on CPU. Local to this rank."""
     if not comm.on_accelerator:
         return memory
     free = memory
@@ -846,7 +846,20 @@ def free_device_memory(comm, memory):
             free = torch.get_device_module(comm.device.type).mem_get_info(comm.device.index)[0]
     except (AttributeError, RuntimeError, TypeError):
         pass
-    return comm.min_over_ranks(min(free, memory))
+    return min(free, memory)
+
+
+def rank_memory_now(comm):
+    """Bytes this rank can still take now: its share of the host's available memory on CPU,
+    its device's free memory on an accelerator. Local to this rank (no collective)."""
+    if not comm.on_accelerator:
+        return host_available_memory()[0] // comm.local_world_size
+    if comm.accelerator is not None:
+        total = comm.accelerator.total_memory(comm.device.index)
+    else:
+        total = torch.get_device_module(comm.device.type).get_device_properties(
+            comm.device.index).total_memory
+    return free_device_memory(comm, total)
 
 
 def buffer_multiples(collective, numel, comm):
@@ -858,6 +871,15 @@ def buffer_multiples(collective, numel, comm):
     if collective.staging is not None and not comm.on_accelerator:
         parts.append((f"{comm.backend} staging copy", collective.staging(n)))
     return parts
+
+
+def footprint(collective, numel, element_size, args, comm):
+    """(bytes, parts, reserve): what one size takes per rank: its buffers and the backend's
+    staging copy (parts: [(what, multiple of the input)]), plus the fixed reserves."""
+    parts = buffer_multiples(collective, max(numel, comm.world_size), comm)
+    reserve = constants.BACKEND_MEMORY_RESERVE + (CHECK_RESERVE if args.check else 0)
+    multiple = sum(share for _, share in parts)
+    return int(numel * element_size * multiple) + reserve, parts, reserve
 
 
 def _power_of_two_below(x):
@@ -881,7 +903,7 @@ def _fitting_numel(collective, elements, n):
     return n * _power_of_two_below(elements / n)
 
 
-def plan_single_size(collective, args, comm, memory=None, source="given", usable=None):
+def plan_single_size(collective, args, comm):
     """(E, plan line) of a single-size run.
 
     E follows SPEC §4 from the per-rank memory and --mem-factor (the original's rule), and is
@@ -891,10 +913,9 @@ def plan_single_size(collective, args, comm, memory=None, source="given", usable
     benchmarks/memory.py), the backend's fixed buffers, and the --check working set. The
     usable memory is 90% of the planned-on memory on CPU, 90% of the free memory on a device.
     """
-    if memory is None:
-        memory, source = per_rank_memory(comm)
-    if usable is None:
-        usable = int(free_device_memory(comm, memory) * constants.USABLE_MEMORY_FRACTION)
+    memory, source = per_rank_memory(comm)
+    usable = int(comm.min_over_ranks(free_device_memory(comm, memory))
+                 * constants.USABLE_MEMORY_FRACTION)
     element_size = torch.empty((), dtype=get_dtype(args.dtype)).element_size()
     n = comm.world_size
     if collective.size_rule == WHOLE:
@@ -905,28 +926,28 @@ def plan_single_size(collective, args, comm, memory=None, source="given", usable
         factor = args.mem_factor
     budget = memory * factor
     numel = _round_numel(collective, budget / element_size, n)
-    reserve = constants.BACKEND_MEMORY_RESERVE + (CHECK_RESERVE if args.check else 0)
-    parts = buffer_multiples(collective, max(numel, n), comm)
-    multiple = sum(share for _, share in parts)
-
-    def need(elements):
-        return int(elements * element_size * multiple) + reserve
-
+    need, parts, reserve = footprint(collective, numel, element_size, args, comm)
     line = (f"{collective.name}: per-rank memory {memory} B ({source}); SPEC rule: {memory} B x "
             f"{factor:g} = {int(budget)} B -> {numel} elements of {element_size} B; buffers "
             f"({' + '.join(f'{what} {share:g}' for what, share in parts)}) x "
-            f"{numel * element_size} B + {reserve} B reserve = {need(numel)} B, ")
-    if need(numel) > usable:
-        fitting = _fitting_numel(collective, max(0, usable - reserve) / element_size / multiple, n)
-        line += f"over the {usable} B usable ({constants.USABLE_MEMORY_FRACTION:.0%}), so capped; "
-        numel = fitting
+            f"{numel * element_size} B + {reserve} B reserve = {need} B, ")
+    share = f"{constants.USABLE_MEMORY_FRACTION:.0%}"
+    if need > usable:
+        multiple = sum(part for _, part in parts)
+        numel = _fitting_numel(collective, max(0, usable - reserve) / element_size / multiple, n)
+        line += f"over the {usable} B usable ({share}), so capped; "
+        if numel < 1:
+            raise BenchmarkError(f"{collective.name}: a rank has {usable} B usable ({source}), "
+                                 f"less than its smallest message takes ({reserve} B of reserves "
+                                 "and buffers); free memory or use fewer ranks per host")
     else:
-        line += f"within the {usable} B usable ({constants.USABLE_MEMORY_FRACTION:.0%}); "
+        line += f"within the {usable} B usable ({share}); "
     if numel < 1:
         raise BenchmarkError(f"{collective.name}: --mem-factor {args.mem_factor} of {memory} B per "
                              f"rank ({source}) leaves no room for one element per rank; raise "
                              "--mem-factor or free memory")
-    return numel, line + f"planned: {numel} elements, {need(numel)} B"
+    planned = footprint(collective, numel, element_size, args, comm)[0]
+    return numel, line + f"planned: {numel} elements, {planned} B"
 
 
 # --------------------------------------------------------------------------- timing
@@ -1266,28 +1287,41 @@ class MemoryMeter:
 
 
 def allocate(collective, numel, args, comm):
-    """(input, output) for one size, or None on every rank when any rank ran out of memory.
+    """(input, output) for one size, or None on every rank when any rank lacks the memory.
 
-    The input is an n x (E/n) tensor filled with the rank id, flattened (as the original).
+    Before allocating, each rank compares what the size takes (footprint: buffers, the
+    backend's staging copy, reserves) with the memory it has now: on CPU an allocation that
+    succeeds can still end in the OOM killer once its pages are touched, so a scan stops
+    before that, as it stops when an allocation fails. The input is an n x (E/n) tensor filled
+    with the rank id, flattened (as the original).
     """
     dtype = get_dtype(args.dtype)
-    buffers, failure = None, None
-    try:
-        rows = comm.world_size if numel % comm.world_size == 0 else 1
-        input = torch.ones(rows, numel // rows, dtype=dtype, device=comm.device)
-        input = input.mul_(comm.rank).view(-1)
-        output = None
-        if collective.output_numel is not None:
-            output = torch.zeros(collective.output_numel(numel, comm.world_size), dtype=dtype,
-                                 device=comm.device)
-        buffers = (input, output)
-    except (RuntimeError, MemoryError) as error:
-        if not isinstance(error, MemoryError) and not _is_out_of_memory(error):
-            raise
-        failure = error
-    if comm.any_rank(failure is not None):
+    need = footprint(collective, numel, torch.empty((), dtype=dtype).element_size(), args,
+                     comm)[0]
+    room, buffers = rank_memory_now(comm), None
+    if need <= room:
+        try:
+            rows = comm.world_size if numel % comm.world_size == 0 else 1
+            input = torch.ones(rows, numel // rows, dtype=dtype, device=comm.device)
+            input = input.mul_(comm.rank).view(-1)
+            output = None
+            if collective.output_numel is not None:
+                output = torch.zeros(collective.output_numel(numel, comm.world_size),
+                                     dtype=dtype, device=comm.device)
+            buffers = (input, output)
+        except (RuntimeError, MemoryError) as error:
+            if not isinstance(error, MemoryError) and not _is_out_of_memory(error):
+                raise
+            room = -1
+    room = comm.min_over_ranks(room)  # one agreement: every rank goes on, or none does
+    if room < 0:
         note(comm, f"WARNING: {collective.name}: out of memory at {numel} elements of {args.dtype} "
                    "per rank; stopping this op here (lower --mem-factor or --maxsize)")
+        return None
+    if room < need:
+        note(comm, f"WARNING: {collective.name}: {numel} elements of {args.dtype} per rank take "
+                   f"{need} B with the backend's copies, more than the {room} B a rank has "
+                   "free; stopping this op here (lower --mem-factor or --maxsize)")
         return None
     return buffers
 

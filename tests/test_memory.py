@@ -9,6 +9,7 @@ planner that forgot a buffer would be killed here, not merely print a wrong figu
 
 import json
 import os
+import re
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -118,3 +119,35 @@ def test_mem_factor_1_with_3_ranks_fits_a_memory_limit(tmp_path, dist, launcher,
         used = record["memory_used_per_rank_bytes"]
         assert len(used) == 3 and all(u is not None and u <= planned for u in used), (op, used)
     assert len(result.tables) == len(wanted)
+
+
+def test_scan_stops_before_the_limit(tmp_path):
+    """A scan to --maxsize 40 stops each op at the first size whose footprint exceeds what the
+    ranks have free (an allocation would succeed; touching its pages would bring the OOM
+    killer): one warning per op, the rows so far kept and recorded, the next op runs, exit 0."""
+    output = tmp_path / "scan.csv"
+    with memory_cgroup(1500 * MIB) as group:
+        result = launch("run_all.py", "--scan", "--maxsize=40", "--trials=1", "--warmups=0",
+                        "--dist=torch", "--all-gather", "--all-reduce", f"--output={output}",
+                        nproc=2, preexec_fn=group.enter)
+        kills = group.oom_kills()
+    assert result.returncode == 0 and kills == 0, result
+    assert_no_traceback(result)
+    assert result.ops == ["all_reduce", "all_gather"]
+    warnings = [line for line in result.stderr.splitlines() if "WARNING" in line]
+    assert len(warnings) == 2, result
+    for table, warning in zip(result.tables, warnings):
+        rows = len(table.rows)
+        assert 15 <= rows < 30, result  # hundreds of MB per rank, not the 2^39 of --maxsize 40
+        assert [row.numel for row in table.rows] == [2 * 2 ** p for p in range(1, rows + 1)]
+        stopped = 2 * 2 ** (rows + 1)
+        match = re.fullmatch(rf"commbench: WARNING: {table.op}: {stopped} elements of float per "
+                             r"rank take (\d+) B with the backend's copies, more than the (\d+) B "
+                             r"a rank has free; stopping this op here \(lower --mem-factor or "
+                             r"--maxsize\)", warning)
+        assert match, warning
+        need, free = int(match.group(1)), int(match.group(2))
+        assert need == stopped * 4 * CPU_FOOTPRINT[table.op](2) + 64 * MIB and free < need
+        assert 2 * free < group.limit
+    lines = output.read_text().splitlines()
+    assert len(lines) == 1 + sum(len(t.rows) for t in result.tables)
