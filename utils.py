@@ -104,6 +104,18 @@ def _dtype_name(text):
     return text
 
 
+# The dtypes a run may use: real floating point and integer types. Quantized, complex, bool
+# and sub-byte types are not message payloads.
+_DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
+                "float8_e4m3fnuz", "float8_e5m2fnuz", "int8", "int16", "int32", "int64", "uint8",
+                "uint16", "uint32", "uint64")
+PAYLOAD_DTYPES = frozenset(d for d in (getattr(torch, n, None) for n in _DTYPE_NAMES)
+                           if isinstance(d, torch.dtype))
+# What gloo moves (torch 2.13's ProcessGroupGloo): the others fail inside the op.
+GLOO_DTYPES = frozenset((torch.float32, torch.float64, torch.float16, torch.bfloat16,
+                         torch.int8, torch.uint8, torch.int32, torch.int64))
+
+
 def get_dtype(name):
     """The torch dtype called `name` (`float`, `half`, `bfloat16`, `int32`, ...)."""
     dtype = getattr(torch, name, None) if name.isidentifier() else None
@@ -111,10 +123,30 @@ def get_dtype(name):
         raise argparse.ArgumentTypeError(
             f"unknown dtype '{name}': use a torch dtype name such as float, half, bfloat16, "
             "double, int8, uint8, int32 or long")
-    if dtype.is_complex or dtype == torch.bool:
+    if dtype not in PAYLOAD_DTYPES:
         raise argparse.ArgumentTypeError(f"dtype '{name}' is not supported: use a real floating "
                                          "point or integer type")
     return dtype
+
+
+def _device_type(text):
+    if ":" in text:
+        raise argparse.ArgumentTypeError(f"give a device type (cpu, cuda, ...) without an index, "
+                                         f"got {text}; each rank takes its local rank's index")
+    try:
+        torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a device type torch knows; use cpu, "
+                                         "cuda, xpu, hpu, npu, ...") from None
+    return text
+
+
+def check_dtype_for_backend(args, backend):
+    """Refuse, before any rank connects, a dtype the backend cannot move."""
+    if backend == "gloo" and get_dtype(args.dtype) not in GLOO_DTYPES:
+        names = ", ".join(sorted(str(d).replace("torch.", "") for d in GLOO_DTYPES))
+        raise UsageError(f"--dtype {args.dtype}: the gloo backend cannot move it; use one of "
+                         f"{names}")
 
 
 def benchmark_parser():
@@ -151,7 +183,7 @@ def benchmark_parser():
                              "(default %(default)s)")
     parser.add_argument("--debug", action="store_true",
                         help="all_to_all: print a few elements of each rank's buffers")
-    parser.add_argument("--device", default=constants.DEFAULT_DEVICE,
+    parser.add_argument("--device", type=_device_type, default=constants.DEFAULT_DEVICE,
                         help="cuda, cpu, xpu, hpu, npu, ... (default: detected)")
     parser.add_argument("--check", action="store_true",
                         help="after timing each size, run the op once more on known input and "
@@ -361,6 +393,10 @@ def resolve_device_and_backend(args, ds_accelerator=None):
     else:
         available = _torch_accelerator()
         device = args.device or ("cuda" if available == "cuda" else "cpu")
+    if device != "cpu" and device != available:
+        raise BenchmarkError(f"--device {device}: no {device} device is available on this machine; "
+                             "use --device cpu")
+    if ds_accelerator is None:
         if args.backend:
             backend = args.backend
         elif device == "cuda":
@@ -369,9 +405,6 @@ def resolve_device_and_backend(args, ds_accelerator=None):
             backend = "ccl" if _import_ccl() else "gloo"
         else:
             backend = torch.distributed.get_default_backend_for_device(device)
-    if device != "cpu" and device != available:
-        raise BenchmarkError(f"--device {device}: no {device} device is available on this machine; "
-                             "use --device cpu")
     if backend == "nccl" and (device != "cuda" or not torch.cuda.is_available()):
         raise BenchmarkError("--backend nccl needs CUDA devices and there are none here "
                              "(or --device is not cuda); use --backend gloo --device cpu")
@@ -495,12 +528,25 @@ def _import_deepspeed(device):
     return deepspeed, deepspeed.comm, get_accelerator()
 
 
-def _init_error(error, port):
+def _init_error(error, port, rank):
+    """The one line for a process group that did not start."""
+    import traceback
     text = str(error)
     if "EADDRINUSE" in text or "address already in use" in text.lower():
         return BenchmarkError(f"MASTER_PORT {port} is already in use on this host: another job "
                               "holds it; set MASTER_PORT to a free port", rank_local=True)
-    return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = (lines[0] if lines else type(error).__name__)[:300]
+    frames = traceback.extract_tb(error.__traceback__)
+    if any("cpp_extension" in frame.filename for frame in frames):
+        # DeepSpeed JIT-builds its CPU communication op at the first init_distributed().
+        cause = next((line for line in lines if "fatal error" in line or " error:" in line), first)
+        return BenchmarkError(f"rank {rank}: DeepSpeed could not build its CPU communication "
+                              f"extension ({cause[:200]}); it needs a C++ compiler, ninja and "
+                              "about 1 GB of free memory once (TORCH_EXTENSIONS_DIR keeps the "
+                              "build), or use --dist torch", rank_local=True)
+    return BenchmarkError(f"rank {rank}: the process group did not start: {first}",
+                          rank_local=True)
 
 
 @contextlib.contextmanager
@@ -541,6 +587,7 @@ def init_processes(local_rank, args, ops=None):
     if args.dist == "deepspeed":
         ds, ds_dist, ds_accelerator = _import_deepspeed(args.device)
     device_type, backend = resolve_device_and_backend(args, ds_accelerator)
+    check_dtype_for_backend(args, backend)
 
     if not torch.distributed.is_initialized():
         os.environ["MASTER_ADDR"] = master_address(os.environ, launch)
@@ -564,11 +611,8 @@ def init_processes(local_rank, args, ops=None):
                         backend=backend, init_method="env://", rank=launch.rank,
                         world_size=launch.world_size, timeout=timeout,
                         device_id=device if device.type != "cpu" else None)
-        except (RuntimeError, ValueError) as error:  # DistNetworkError is a RuntimeError
-            mapped = _init_error(error, port)
-            if mapped is None:
-                raise
-            raise mapped from None
+        except Exception as error:  # noqa: BLE001  (third-party start-up: any failure is one line)
+            raise _init_error(error, port, launch.rank) from None
     else:
         device = _select_device(device_type, launch.local_rank, ds_accelerator)
 

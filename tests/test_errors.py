@@ -87,3 +87,13 @@ def test_usage_error_under_torchrun_comes_from_rank_0(run):
     frames = [line for line in result.stderr.splitlines() if 'File "' in line]
     assert frames, "torchrun reports a failed child with its own traceback"
     assert not [line for line in frames if f'"{ROOT}/' in line and "/.venv/" not in line]
+
+
+def test_deepspeed_extension_cannot_be_built(run, tmp_path):
+    """DeepSpeed JIT-builds its CPU communication op at start-up; with no working compiler
+    (CXX=/bin/false) and an empty extensions folder, that is one line, not its traceback."""
+    result = run("all_reduce.py", "--dist=deepspeed", "--scan", "--maxsize=2",
+                 env={"CXX": "/bin/false", "TORCH_EXTENSIONS_DIR": str(tmp_path)})
+    assert_one_error_line(result, 1, "rank 0: DeepSpeed could not build its CPU communication "
+                                     "extension")
+    assert "or use --dist torch" in result.stderr
