@@ -73,10 +73,12 @@ def command_lines(draw):
     if flags["--dist"] == "deepspeed" and draw(st.integers(0, 3)):
         flags["--dist"] = "torch"
     switches = draw(st.lists(st.sampled_from(SWITCHES), max_size=4, unique=True))
-    if draw(st.integers(0, 2)):  # mostly short runs: a scan of few sizes, few trials
+    # Short runs: few trials always (the default 50 would take minutes at the largest sizes),
+    # and mostly a scan of few sizes; the rest are single-size runs or long scans.
+    flags.setdefault("--trials", "2")
+    flags.setdefault("--warmups", "1")
+    if draw(st.integers(0, 2)):
         flags.setdefault("--maxsize", draw(st.sampled_from(["2", "3", "7"])))
-        flags.setdefault("--trials", "2")
-        flags.setdefault("--warmups", "1")
     unknown = draw(st.sampled_from([None, None, None, None, "--bogus", "stray"]))
     return script, world_size, flags, switches, unknown
 
