@@ -75,7 +75,19 @@ def time_bare(op, input, output, warmups, trials, comm):
     return (time.perf_counter() - start) / trials
 
 
+def pin(local_rank):
+    """This rank (and the threads it starts later: gloo's workers) on one CPU of its own.
+    Both sides of every pair run pinned alike; what it removes is the scheduler's cost of
+    waking a thread on another core, which swings from run to run on a shared machine."""
+    cpus = sorted(os.sched_getaffinity(0))
+    cpu = cpus[local_rank % len(cpus)]
+    os.sched_setaffinity(0, {cpu})
+    return cpu
+
+
 def worker(options):
+    if options.pin:
+        pin(int(os.environ.get("LOCAL_RANK", "0")))
     sys.path.insert(0, str(ROOT))
     import torch
     import run_all
@@ -93,9 +105,9 @@ def worker(options):
                 continue
             input, output = utils.allocate(collective, numel, args, comm)
             call = collective.bind(comm, input, output, False)
-            # Trials for about 0.2 s a measurement, from a probe; rank 0 decides for all.
+            # Trials for about --seconds a measurement, from a probe; rank 0 decides for all.
             probe = time_bare(op, input, output, 1, 3, comm)
-            count = torch.tensor([max(5, min(1000, int(0.2 / max(probe, 1e-7))))])
+            count = torch.tensor([max(5, min(1000, int(options.seconds / max(probe, 1e-7))))])
             torch.distributed.broadcast(count, 0)
             args.trials = int(count.item())
             suite, bare = [], []
@@ -121,7 +133,8 @@ def run_world(world_size, options):
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         env.pop(name, None)
     me = [str(Path(__file__).resolve()), "--worker", "--dist", options.dist,
-          "--pairs", str(options.pairs), "--ops", *options.ops,
+          "--pairs", str(options.pairs), "--seconds", str(options.seconds),
+          *([] if options.pin else ["--no-pin"]), "--ops", *options.ops,
           "--sizes", *map(str, options.sizes)]
     if world_size == 1:
         cmd = [sys.executable] + me
@@ -135,11 +148,12 @@ def run_world(world_size, options):
             if line.startswith(RECORD)]
 
 
-def report(records, dist):
-    layer = "deepspeed.comm" if dist == "deepspeed" else "torch.distributed"
+def report(records, options):
+    layer = "deepspeed.comm" if options.dist == "deepspeed" else "torch.distributed"
     world_size = records[0]["world_size"]
+    pinned = "each rank pinned to one CPU" if options.pin else "ranks not pinned"
     print(f"\nworld size {world_size}: suite ({layer}, utils.time_op) vs bare torch.distributed "
-          f"loop, medians of {len(records[0]['suite'])} pairs, order alternating")
+          f"loop, medians of {len(records[0]['suite'])} pairs, order alternating, {pinned}")
     print(f"{'op':16s} {'size':>10s} {'trials':>7s} {'suite us':>12s} {'bare us':>12s} "
           f"{'suite/bare':>11s}")
     ratios, worst = [], 0.0
@@ -151,8 +165,10 @@ def report(records, dist):
               f"{statistics.median(r['suite']) * 1e6:>12.3f} "
               f"{statistics.median(r['bare']) * 1e6:>12.3f} {paired:>11.3f}")
     geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    above = sum(ratio > 1.03 for ratio in ratios)
     print(f"summary world size {world_size}: {len(ratios)} op/size pairs, median ratio "
-          f"{statistics.median(ratios):.3f}, geometric mean {geomean:.3f}, max {worst:.3f}")
+          f"{statistics.median(ratios):.3f}, geometric mean {geomean:.3f}, max {worst:.3f}, "
+          f"{above} above 1.03")
 
 
 def first_row_seconds(dist):
@@ -188,6 +204,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dist", choices=("torch", "deepspeed"), default="torch")
     parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument("--no-pin", dest="pin", action="store_false",
+                        help="leave the ranks free to move between CPUs (default: each rank "
+                             "pinned to one CPU, both sides of every pair alike)")
+    parser.add_argument("--seconds", type=float, default=0.2,
+                        help="about how long each measurement takes (default %(default)s)")
     parser.add_argument("--ops", nargs="+", default=["all_reduce", "all_gather", "all_to_all",
                                                      "reduce_scatter", "pt2pt", "broadcast"])
     parser.add_argument("--sizes", nargs="+", type=int, default=SIZES)
@@ -204,8 +225,8 @@ def main():
         options.ops, options.sizes, options.world_sizes = ["all_reduce"], QUICK_SIZES, [1]
         options.pairs = min(options.pairs, 2)
     for world_size in options.world_sizes:
-        report(run_world(world_size, options), options.dist)
-    if not options.quick:
+        report(run_world(world_size, options), options)
+    if not options.quick and options.startup_repeats > 0:
         startup(options.startup_repeats)
 
 

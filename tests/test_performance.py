@@ -22,8 +22,10 @@ def test_overhead_script_quick_mode_parses():
         assert 5 <= int(trials) <= 1000 and float(suite) > 0 and float(bare) > 0
         assert 0.2 < float(ratio) < 5
     summary = re.search(r"^summary world size 1: 2 op/size pairs, median ratio ([\d.]+), "
-                        r"geometric mean ([\d.]+), max ([\d.]+)$", proc.stdout, re.M)
+                        r"geometric mean ([\d.]+), max ([\d.]+), ([012]) above 1.03$",
+                        proc.stdout, re.M)
     assert summary, proc.stdout
+    assert "each rank pinned to one CPU" in proc.stdout
 
 
 def test_time_budget_trials_agree_fall_and_stay_in_bounds(run, tmp_path):
