@@ -16,6 +16,7 @@ import contextlib
 import functools
 import math
 import os
+import re
 import signal
 import socket
 import sys
@@ -337,7 +338,24 @@ def _own_address():
 
 
 def master_address(environ, launch):
-    """MASTER_ADDR per SPEC §7: kept, loopback, Slurm's first host, or rank 0's via mpi4py."""
+    """MASTER_ADDR per SPEC §7, checked to be a host name or an address that resolves: a bad
+    one would otherwise keep every rank retrying it until --timeout."""
+    address = _choose_master_address(environ, launch)
+    if address.startswith("[") and address.endswith("]"):
+        address = address[1:-1]  # an IPv6 literal as URLs write it; torch wants it bare
+    if not re.fullmatch(r"[A-Za-z0-9._:%\-\[\]]+", address):
+        raise UsageError(f"MASTER_ADDR={address!r} is not a host name or an IP address")
+    try:
+        socket.getaddrinfo(address, None)
+    except (OSError, UnicodeError) as error:
+        raise BenchmarkError(f"rank {launch.rank}: MASTER_ADDR {address} does not resolve "
+                             f"({getattr(error, 'strerror', None) or error}); set it to rank 0's "
+                             "host name or IP address", rank_local=True) from None
+    return address
+
+
+def _choose_master_address(environ, launch):
+    """Kept from the environment, loopback, Slurm's first host, or rank 0's via mpi4py."""
     if environ.get("MASTER_ADDR"):
         return environ["MASTER_ADDR"]
     if _all_ranks_on_this_host(environ, launch):

@@ -125,6 +125,8 @@ def test_mismatched_arguments_under_mpirun(run):
     ({"RANK": "0", "LOCAL_RANK": "2", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"},
      "LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2"),
     ({"MASTER_PORT": "99999"}, "MASTER_PORT=99999 is not a port number"),
+    ({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "node1;reboot"},
+     "MASTER_ADDR='node1;reboot' is not a host name or an IP address"),
 ])
 def test_malformed_launcher_environment(run, environ, text):
     started = time.monotonic()
@@ -177,3 +179,40 @@ def test_interrupt_mid_scan(tmp_path, launcher, how):
     assert not list(tmp_path.glob("*.tmp*"))
     frames = [line for line in stderr.splitlines() if line.strip().startswith('File "')]
     assert not [line for line in frames if f'"{ROOT}/' in line and "/.venv/" not in line]
+
+
+def test_environment_values_are_never_executed(run, tmp_path):
+    """A MASTER_ADDR or a Slurm node list carrying shell syntax is refused or read as text;
+    nothing runs it (the suite starts no shell)."""
+    marker = tmp_path / "ran"
+    result = run("all_reduce.py", "--scan", "--maxsize=2", "--dist=torch",
+                 env={"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
+                      "MASTER_ADDR": f"$(touch {marker})"})
+    assert result.returncode == 2 and "is not a host name or an IP address" in result.stderr
+    result = run("all_reduce.py", "--scan", "--maxsize=2", "--dist=torch",
+                 env={"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "1",
+                      "SLURM_NODELIST": f"node[1-2]`touch {marker}`"})
+    assert result.returncode == 0, result
+    assert not marker.exists()
+    # And statically: no module of the suite imports subprocess or calls eval, exec or os.system.
+    import ast
+    for path in ROOT.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+                assert "subprocess" not in names, path
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                assert name not in ("eval", "exec", "system", "popen"), (path, node.lineno)
+
+
+def test_master_addr_that_does_not_resolve(run):
+    started = time.monotonic()
+    result = run("all_reduce.py", "--scan", "--maxsize=2", "--dist=torch",
+                 env={"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
+                      "MASTER_ADDR": "no-such-host.invalid"})
+    assert result.returncode == 1, result
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "commbench: error: rank 0: MASTER_ADDR no-such-host.invalid does not resolve")
+    assert time.monotonic() - started < 30  # not a retry loop until --timeout
