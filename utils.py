@@ -337,25 +337,24 @@ def _own_address():
     return (routable or addresses or ["127.0.0.1"])[0]
 
 
-def master_address(environ, launch):
-    """MASTER_ADDR per SPEC §7, checked to be a host name or an address that resolves: a bad
+def check_master_address(address, rank):
+    """`address` as torch wants it, checked to be a host name or an address that resolves: a bad
     one would otherwise keep every rank retrying it until --timeout."""
-    address = _choose_master_address(environ, launch)
     if address.startswith("[") and address.endswith("]"):
         address = address[1:-1]  # an IPv6 literal as URLs write it; torch wants it bare
-    if not re.fullmatch(r"[A-Za-z0-9._:%\-\[\]]+", address):
+    if not re.fullmatch(r"[A-Za-z0-9._:%\-]+", address):
         raise UsageError(f"MASTER_ADDR={address!r} is not a host name or an IP address")
     try:
         socket.getaddrinfo(address, None)
     except (OSError, UnicodeError) as error:
-        raise BenchmarkError(f"rank {launch.rank}: MASTER_ADDR {address} does not resolve "
+        raise BenchmarkError(f"rank {rank}: MASTER_ADDR {address} does not resolve "
                              f"({getattr(error, 'strerror', None) or error}); set it to rank 0's "
                              "host name or IP address", rank_local=True) from None
     return address
 
 
-def _choose_master_address(environ, launch):
-    """Kept from the environment, loopback, Slurm's first host, or rank 0's via mpi4py."""
+def master_address(environ, launch):
+    """MASTER_ADDR per SPEC §7: kept, loopback, Slurm's first host, or rank 0's via mpi4py."""
     if environ.get("MASTER_ADDR"):
         return environ["MASTER_ADDR"]
     if _all_ranks_on_this_host(environ, launch):
@@ -608,7 +607,8 @@ def init_processes(local_rank, args, ops=None):
     check_dtype_for_backend(args, backend)
 
     if not torch.distributed.is_initialized():
-        os.environ["MASTER_ADDR"] = master_address(os.environ, launch)
+        os.environ["MASTER_ADDR"] = check_master_address(master_address(os.environ, launch),
+                                                         launch.rank)
         port = master_port(os.environ)
         os.environ.update(MASTER_PORT=str(port), RANK=str(launch.rank),
                           LOCAL_RANK=str(launch.local_rank), WORLD_SIZE=str(launch.world_size))

@@ -1,6 +1,7 @@
 """report.py strategy: formulas by hand, interpolation on measured curves, the recommendation."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -97,7 +98,9 @@ def test_recommendation_follows_memory(measured):
     assert roomy["rows"][0]["fits"] and roomy["recommendation"].startswith(("DDP fits", "ZeRO"))
     tight = strategy_json(measured, "--params=1B", "--gpu-mem=10")  # DDP needs 16 GB
     assert not tight["rows"][0]["fits"]
-    assert tight["recommendation"].startswith(("ZeRO-1 fits 10 GB", "ZeRO-2 fits 10 GB"))
+    # Measured curves on this noisy machine may price ZeRO-3 within 5% of ZeRO-2 (it then wins
+    # on memory); whichever wins is a ZeRO that fits. The exact choice: test_choice_by_time.
+    assert re.match(r"ZeRO-[123] fits 10 GB", tight["recommendation"]), tight["recommendation"]
     tighter = strategy_json(measured, "--params=1B", "--gpu-mem=8.5")  # ZeRO-3: 8 GB at n=2
     assert tighter["recommendation"].startswith("ZeRO-3 fits 8.5 GB")
     none = strategy_json(measured, "--params=1B", "--gpu-mem=4")
@@ -105,6 +108,28 @@ def test_recommendation_follows_memory(measured):
     assert "at least 4 ranks" in none["recommendation"]
     for row in roomy["rows"]:  # 25 MiB buckets are beyond the 2^15 x 2 x 4 B scan: extrapolated
         assert row["extrapolated"] and row["comm_seconds_per_step"] > 0
+
+
+def test_choice_by_time(tmp_path):
+    """On clean curves (50 us + size / 1 GB/s for every op, 2 ranks) ZeRO-1 and ZeRO-2 cost the
+    same and ZeRO-3 a third more: at 10 GB (DDP does not fit) ZeRO-2 wins, the leaner of
+    the two cheapest; ZeRO-3 is named as the choice only if memory must drop."""
+    path = tmp_path / "clean.jsonl"
+    lines = [{"type": "meta", "dist": "torch", "backend": "gloo", "world_size": 2}]
+    for op in ("all_reduce", "all_gather", "all_to_all", "reduce_scatter", "pt2pt", "broadcast"):
+        for power in range(3, 28):
+            size = 2 ** power
+            seconds = 50e-6 + size / 1e9
+            lines.append({"type": "result", "op": op, "world_size": 2, "size_bytes": size,
+                          "duration_s": seconds, "busbw_Bps": size / seconds})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    analysis = strategy_json(path, "--params=1B", "--gpu-mem=10")
+    rows = {row["strategy"]: row for row in analysis["rows"]}
+    assert rows["ZeRO-1"]["comm_seconds_per_step"] == pytest.approx(
+        rows["ZeRO-2"]["comm_seconds_per_step"])
+    assert rows["ZeRO-3"]["comm_seconds_per_step"] > 1.2 * rows["ZeRO-2"]["comm_seconds_per_step"]
+    assert analysis["recommendation"].startswith("ZeRO-2 fits 10 GB"), analysis
+    assert "ZeRO-3 only if memory must drop below" in analysis["recommendation"]
 
 
 def test_missing_op_is_reported(tmp_path):
