@@ -203,11 +203,11 @@ def startup(repeats):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dist", choices=("torch", "deepspeed"), default="torch")
-    parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--no-pin", dest="pin", action="store_false",
                         help="leave the ranks free to move between CPUs (default: each rank "
                              "pinned to one CPU, both sides of every pair alike)")
-    parser.add_argument("--seconds", type=float, default=0.2,
+    parser.add_argument("--seconds", type=float, default=0.1,
                         help="about how long each measurement takes (default %(default)s)")
     parser.add_argument("--ops", nargs="+", default=["all_reduce", "all_gather", "all_to_all",
                                                      "reduce_scatter", "pt2pt", "broadcast"])
