@@ -22,6 +22,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from datetime import timedelta
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -547,7 +548,6 @@ def _import_deepspeed(device):
 
 def _init_error(error, port, rank):
     """The one line for a process group that did not start."""
-    import traceback
     text = str(error)
     if "EADDRINUSE" in text or "address already in use" in text.lower():
         return BenchmarkError(f"MASTER_PORT {port} is already in use on this host: another job "
@@ -878,20 +878,23 @@ def host_available_memory():
     return available, source
 
 
+def _device_total_memory(comm):
+    if comm.accelerator is not None:
+        return comm.accelerator.total_memory(comm.device.index)
+    module = torch.get_device_module(comm.device.type)
+    return module.get_device_properties(comm.device.index).total_memory
+
+
 def per_rank_memory(comm):
     """(bytes, where from) one rank may plan on: its device's total memory, or on CPU the host's
     available memory shared by the ranks on this host. The minimum over ranks: all agree."""
-    if not comm.on_accelerator:
+    if comm.on_accelerator:
+        memory, source = _device_total_memory(comm), "device total"
+    else:
         available, source = host_available_memory()
         memory = available // comm.local_world_size
         source = f"{source} / {comm.local_world_size} local rank" + \
             ("s" if comm.local_world_size > 1 else "")
-    elif comm.accelerator is not None:
-        memory, source = comm.accelerator.total_memory(comm.device.index), "device total"
-    else:
-        module = torch.get_device_module(comm.device.type)
-        memory = module.get_device_properties(comm.device.index).total_memory
-        source = "device total"
     return comm.min_over_ranks(memory), source
 
 
@@ -916,12 +919,7 @@ def rank_memory_now(comm):
     its device's free memory on an accelerator. Local to this rank (no collective)."""
     if not comm.on_accelerator:
         return host_available_memory()[0] // comm.local_world_size
-    if comm.accelerator is not None:
-        total = comm.accelerator.total_memory(comm.device.index)
-    else:
-        total = torch.get_device_module(comm.device.type).get_device_properties(
-            comm.device.index).total_memory
-    return free_device_memory(comm, total)
+    return free_device_memory(comm, _device_total_memory(comm))
 
 
 def buffer_multiples(collective, numel, comm):
@@ -937,7 +935,8 @@ def buffer_multiples(collective, numel, comm):
 
 def footprint(collective, numel, element_size, args, comm):
     """(bytes, parts, reserve): what one size takes per rank: its buffers and the backend's
-    staging copy (parts: [(what, multiple of the input)]), plus the fixed reserves."""
+    staging copy (parts: [(what, multiple of the input)]), plus the fixed reserves. The
+    multiples do not depend on E, so bytes = E x element size x their sum + reserve."""
     parts = buffer_multiples(collective, max(numel, comm.world_size), comm)
     reserve = constants.BACKEND_MEMORY_RESERVE + (CHECK_RESERVE if args.check else 0)
     multiple = sum(share for _, share in parts)
@@ -978,7 +977,7 @@ def plan_single_size(collective, args, comm):
     memory, source = per_rank_memory(comm)
     usable = int(comm.min_over_ranks(free_device_memory(comm, memory))
                  * constants.USABLE_MEMORY_FRACTION)
-    element_size = torch.empty((), dtype=get_dtype(args.dtype)).element_size()
+    element_size = get_dtype(args.dtype).itemsize
     n = comm.world_size
     if collective.size_rule == WHOLE:
         factor = 2 * args.mem_factor  # no output buffer, so twice the share
@@ -1358,8 +1357,7 @@ def allocate(collective, numel, args, comm):
     with the rank id, flattened (as the original).
     """
     dtype = get_dtype(args.dtype)
-    need = footprint(collective, numel, torch.empty((), dtype=dtype).element_size(), args,
-                     comm)[0]
+    need = footprint(collective, numel, dtype.itemsize, args, comm)[0]
     room, buffers = rank_memory_now(comm), None
     if need <= room:
         try:

@@ -6,6 +6,8 @@ import shutil
 import socket
 import subprocess
 import sys
+import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +15,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+# The single-size plan rank 0 prints on stderr (utils.plan_single_size).
+PLAN = re.compile(r"commbench: (?P<op>\w+): per-rank memory (?P<memory>\d+) B \((?P<source>[^)]*)\); "
+                  r"SPEC rule: \d+ B x (?P<factor>[\d.e-]+) = \d+ B -> (?P<nominal>\d+) elements of "
+                  r"(?P<element_size>\d+) B; buffers \((?P<parts>[^)]*)\) x \d+ B \+ (?P<reserve>\d+) "
+                  r"B reserve = (?P<need>\d+) B, (?P<verdict>within|over) the (?P<usable>\d+) B usable "
+                  r"\(90%\)(?:, so capped)?; planned: (?P<numel>\d+) elements, (?P<planned>\d+) B$")
 HEADER = re.compile(r"^---- Performance of (\w+) on (\d+) devices -+$")
 ROW_LINE = re.compile(r"^\S")
 
@@ -206,3 +214,61 @@ def assert_no_traceback(result):
     frames = [line for line in result.stderr.splitlines() if line.strip().startswith('File "')]
     ours = [line for line in frames if f'"{ROOT}/' in line and "/.venv/" not in line]
     assert "torchrun" in " ".join(map(str, result.cmd)) and not ours, result
+
+
+# --------------------------------------------------------------------------- memory cgroups
+
+MIB = 1 << 20
+V1 = Path("/sys/fs/cgroup/memory")
+V2 = Path("/sys/fs/cgroup")
+
+
+class MemoryCgroup:
+    """A memory cgroup (v1 or v2) with a limit; processes started with `enter` run inside it."""
+
+    def __init__(self, limit):
+        name = f"commbench-test-{uuid.uuid4().hex[:8]}"
+        if (V2 / "cgroup.controllers").exists() and \
+                "memory" in (V2 / "cgroup.subtree_control").read_text().split():
+            self.path, self.limit_file, self.peak_file = V2 / name, "memory.max", "memory.peak"
+        else:
+            self.path = V1 / name
+            self.limit_file, self.peak_file = "memory.limit_in_bytes", "memory.max_usage_in_bytes"
+        self.path.mkdir()
+        (self.path / self.limit_file).write_text(str(limit))
+        self.limit = limit
+
+    def enter(self):  # runs in the child between fork and exec
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def peak(self):
+        file = self.path / self.peak_file
+        return int(file.read_text()) if file.exists() else None
+
+    def oom_kills(self):
+        for name in ("memory.oom_control", "memory.events"):
+            file = self.path / name
+            if file.exists():
+                fields = dict(line.split() for line in file.read_text().splitlines())
+                return int(fields.get("oom_kill", 0))
+        return 0
+
+    def remove(self):
+        for pid in (self.path / "cgroup.procs").read_text().split():
+            os.kill(int(pid), 9)  # nothing may outlive the test; none should be left
+        self.path.rmdir()
+
+
+@contextmanager
+def memory_cgroup(limit):
+    try:
+        group = MemoryCgroup(limit)
+    except OSError as error:
+        why = f"cannot make a memory cgroup here ({error}); run the tests as root"
+        if os.environ.get("COMMBENCH_REQUIRE_LAUNCHERS"):
+            pytest.fail(why)
+        pytest.skip(why)
+    try:
+        yield group
+    finally:
+        group.remove()

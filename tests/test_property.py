@@ -22,9 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT, base_env, free_port, parse_tables
+from conftest import MIB, ROOT, base_env, free_port, memory_cgroup, parse_tables
 from formulas import OPS
-from test_memory import MIB, memory_cgroup
 
 SCRIPTS = [f"{op}.py" for op in OPS] + ["run_all.py", "run_all.py"]
 

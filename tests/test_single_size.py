@@ -1,17 +1,11 @@
 """Single-size runs: E follows SPEC §4 from the per-rank memory the run reports on stderr, capped
 so that every buffer the op allocates fits (see test_memory.py for runs against a real limit)."""
 
-import re
-
 import pytest
 
+from conftest import PLAN
 from formulas import CPU_FOOTPRINT, expected_ops, planned_single_size, single_size
 
-PLAN = re.compile(r"commbench: (?P<op>\w+): per-rank memory (?P<memory>\d+) B \((?P<source>[^)]*)\); "
-                  r"SPEC rule: \d+ B x (?P<factor>[\d.e-]+) = \d+ B -> (?P<nominal>\d+) elements of "
-                  r"(?P<element_size>\d+) B; buffers \((?P<parts>[^)]*)\) x \d+ B \+ (?P<reserve>\d+) "
-                  r"B reserve = (?P<need>\d+) B, (?P<verdict>within|over) the (?P<usable>\d+) B usable "
-                  r"\(90%\)(?:, so capped)?; planned: (?P<numel>\d+) elements, (?P<planned>\d+) B$")
 MEM_FACTOR = 1e-6
 
 
