@@ -150,14 +150,29 @@ def test_stats_are_ordered(run, tmp_path, dist):
 
 
 @pytest.mark.parametrize("op", ["all_reduce", "all_to_all", "broadcast"])
-def test_straggler_is_named(run, op):
+def test_straggler_is_named(run, tmp_path, op):
     """Rank 1 sleeps 3 ms before every trial (the harness's test hook): it is the straggler."""
-    result = run(f"{op}.py", "--scan", "--raw", "--maxsize=5", "--trials=10", "--stats",
-                 "--dist=torch", nproc=3, env={"COMMBENCH_INJECT_DELAY": "1:0.003"})
+    path = tmp_path / "straggler.jsonl"
+    trials, delay = 20, 0.003
+    result = run(f"{op}.py", "--scan", "--raw", "--maxsize=5", f"--trials={trials}", "--stats",
+                 "--dist=torch", f"--output={path}", nproc=3,
+                 env={"COMMBENCH_INJECT_DELAY": f"1:{delay}"})
     assert result.returncode == 0, result
     rows = result.table(op).rows
     assert [row.extra[2] for row in rows] == ["1"] * 4
-    assert all(float(row.duration) >= 3000 for row in rows)
+    _, records = results.read(str(path))
+    assert len(records) == 4
+    for record in records:
+        # Rank 1's own trials contain its sleeps: exactly bounded below.
+        assert all(stats["min_s"] >= delay for stats in record["stats_per_rank"][1:2])
+        assert record["durations_per_rank_s"][1] >= delay
+    # The table shows rank 0's window, which waits for rank 1's last trial. It opens when rank 0
+    # leaves the barrier before the trials, and rank 1 may leave it (and start its first sleep)
+    # a few ms earlier when rank 0 is descheduled -- 3 ranks share 2 cores here -- so the window
+    # can be up to that head start shorter than trials x delay (20 trials: a 12 ms head start
+    # passes). Without the straggler these sizes take 0.2-0.8 ms here.
+    assert all(float(row.duration) >= 0.8 * delay * 1e6 for row in rows), \
+        [row.duration for row in rows]
 
 
 CLOCK_SITE = '''
