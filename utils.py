@@ -19,6 +19,7 @@ import os
 import re
 import signal
 import socket
+import statistics
 import sys
 import threading
 import time
@@ -1098,28 +1099,44 @@ def _injected_delay(comm):
 MIN_BUDGET_TRIALS = 5
 
 
-def trial_count(args, comm, warmup_seconds):
-    """--trials, or with --time-budget the count that fills the budget at the warmups' pace
-    (at least 5, at most --trials). Rank 0 decides and every rank uses its number: ranks that
-    disagreed on a loop count would leave one waiting in a collective forever."""
+def trial_count(args, comm, pace):
+    """--trials, or with --time-budget the count that fills the budget at `pace` seconds a
+    trial (at least 5, at most --trials). Rank 0 decides and every rank uses its number: ranks
+    that disagreed on a loop count would leave one waiting in a collective forever."""
     if args.time_budget is None:
         return args.trials
-    per_trial = warmup_seconds / max(args.warmups, 1)
-    wanted = args.time_budget / per_trial if per_trial > 0 else args.trials
+    wanted = args.time_budget / pace if pace > 0 else args.trials
     count = torch.tensor([max(MIN_BUDGET_TRIALS, min(args.trials, int(wanted)))],
                          dtype=torch.int64, device=comm.device)
     torch.distributed.broadcast(count, 0)
     return int(count.item())
 
 
+def _paced_warmups(call, count, async_op, comm):
+    """Issue the warmups one at a time, each waited for, and return the median seconds of one:
+    the pace --time-budget plans with. A median, because on a shared host one warmup in a few
+    meets a descheduled rank and takes 10x the others; a mean would halve the trials."""
+    seconds = []
+    for _ in range(count):
+        started = time.perf_counter()
+        work = call()
+        if async_op and work is not None:
+            work.wait()
+        comm.synchronize()
+        seconds.append(time.perf_counter() - started)
+    return statistics.median(seconds)
+
+
 def time_op(call, args, comm):
     """Time the trials on this rank (trial_count of them), after `args.warmups` untimed ones."""
     comm.sync_all()
-    started = time.perf_counter()
-    # --time-budget needs a pace even without warmups: one untimed call then.
-    _issue(call, args.warmups or (1 if args.time_budget else 0), args.async_op)
+    pace = 0.0
+    if args.time_budget:  # it needs a pace even without warmups: one untimed call then
+        pace = _paced_warmups(call, args.warmups or 1, args.async_op, comm)
+    else:
+        _issue(call, args.warmups, args.async_op)
     comm.sync_all()
-    count = trial_count(args, comm, time.perf_counter() - started)
+    count = trial_count(args, comm, pace)
     marks = (_EventMarks if comm.on_accelerator else _HostMarks)(2 * count + 1 if args.stats else 2,
                                                                  comm)
     marks.mark(0)

@@ -3,7 +3,6 @@ ranks in step, and --dist torch imports nothing it does not use."""
 
 import json
 import re
-import statistics
 import subprocess
 import sys
 
@@ -42,10 +41,11 @@ def test_time_budget_trials_agree_fall_and_stay_in_bounds(run, tmp_path):
     for record in records:
         assert record["trials_per_rank"] == [record["trials"]] * 2  # every rank ran the same
         assert 5 <= record["trials"] <= 20
-    # Small sizes (well under 2.5 ms a trial) hit the --trials cap; the largest (8 MiB per
-    # rank, tens of ms a trial) are cut to the budget. The warmups' pace is noisy on a shared
-    # machine, hence medians and bounds rather than a strict order.
-    assert statistics.median(counts[:6]) == 20, counts
+    # Small sizes (up to 8 KiB per rank, well under 2.5 ms a trial) hit the --trials cap; the
+    # largest (8 MiB per rank, 5-12 ms a trial) are cut to the budget. The pace is the median
+    # warmup, but on a shared machine a rank can be descheduled through most of a size's
+    # warmups, hence counts and bounds rather than a strict order.
+    assert sum(count == 20 for count in counts[:10]) >= 7, counts
     assert max(counts[-2:]) < 20 and counts[-1] <= 10, counts
 
 
