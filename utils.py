@@ -199,7 +199,7 @@ def benchmark_parser():
                         help="replace an existing --output file (default: write PATH.1, PATH.2, ...)")
     parser.add_argument("--time-budget", type=_positive_seconds, default=None, metavar="SECONDS",
                         help="per message size, time about this long: the trial count comes "
-                             "from the warmups' pace, at least 5 and at most --trials")
+                             "from the median warmup's pace, at least 5 and at most --trials")
     parser.add_argument("--timeout", type=_positive_seconds, default=constants.DEFAULT_TIMEOUT,
                         help="seconds a rank waits for its peers (rendezvous, process group) "
                              "before it gives up with an error (default %(default)s)")
@@ -793,14 +793,24 @@ def scan_numels(world_size, maxsize):
     return [world_size * 2 ** p for p in range(1, maxsize)]
 
 
-def _meminfo_available():
+def _read_field(path, key):
+    """The number after `key` in a /proc or cgroup file (`key N`, or `key: N kB` in bytes);
+    None when the file or the key is missing."""
     try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
+        with open(path) as file:
+            for line in file:
+                fields = line.split()
+                if len(fields) >= 2 and fields[0].rstrip(":") == key:
+                    return int(fields[1]) * (1024 if fields[2:3] == ["kB"] else 1)
+    except (OSError, ValueError):
         pass
+    return None
+
+
+def _meminfo_available():
+    available = _read_field("/proc/meminfo", "MemAvailable")
+    if available is not None:
+        return available
     try:
         import psutil
         return psutil.virtual_memory().available
@@ -815,18 +825,6 @@ def _read_number(path):
     except OSError:
         return None
     return int(text[0]) if text and text[0].isdigit() else None
-
-
-def _read_stat(path, key):
-    try:
-        with open(path) as file:
-            for line in file:
-                name, _, value = line.partition(" ")
-                if name == key:
-                    return int(value)
-    except (OSError, ValueError):
-        pass
-    return 0
 
 
 # (mount, limit file, usage file, reclaimable page-cache key in memory.stat) per cgroup version.
@@ -864,7 +862,8 @@ def cgroup_memory_headroom(proc_cgroup="/proc/self/cgroup"):
             usage = _read_number(os.path.join(directory, usage_file))
             if limit is None or usage is None or limit >= 1 << 60:  # "max", or v1's no limit
                 continue
-            working_set = usage - _read_stat(os.path.join(directory, "memory.stat"), cache_key)
+            cache = _read_field(os.path.join(directory, "memory.stat"), cache_key) or 0
+            working_set = usage - cache
             room = max(0, limit - max(working_set, 0))
             headroom = room if headroom is None else min(headroom, room)
     return headroom
@@ -1131,7 +1130,7 @@ def time_op(call, args, comm):
     """Time the trials on this rank (trial_count of them), after `args.warmups` untimed ones."""
     comm.sync_all()
     pace = 0.0
-    if args.time_budget:  # it needs a pace even without warmups: one untimed call then
+    if args.time_budget is not None:  # it needs a pace even without warmups: one call then
         pace = _paced_warmups(call, args.warmups or 1, args.async_op, comm)
     else:
         _issue(call, args.warmups, args.async_op)
@@ -1346,11 +1345,10 @@ class MemoryMeter:
 
     @staticmethod
     def _status(key):
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-        raise OSError(f"no {key} in /proc/self/status")
+        value = _read_field("/proc/self/status", key)
+        if value is None:
+            raise OSError(f"no {key} in /proc/self/status")
+        return value
 
     def peak(self):
         if self._before is None:

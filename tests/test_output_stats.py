@@ -164,7 +164,7 @@ def test_straggler_is_named(run, tmp_path, op):
     assert len(records) == 4
     for record in records:
         # Rank 1's own trials contain its sleeps: exactly bounded below.
-        assert all(stats["min_s"] >= delay for stats in record["stats_per_rank"][1:2])
+        assert record["stats_per_rank"][1]["min_s"] >= delay
         assert record["durations_per_rank_s"][1] >= delay
     # The table shows rank 0's window, which waits for rank 1's last trial. It opens when rank 0
     # leaves the barrier before the trials, and rank 1 may leave it (and start its first sleep)
