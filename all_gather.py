@@ -2,16 +2,17 @@
 
 import functools
 
-import utils
+from commbench import harness
+from commbench.collective import GATHERED, Collective, bound
 
-ALL_GATHER = utils.Collective(
+ALL_GATHER = Collective(
     name="all_gather",
-    bind=lambda comm, input, output, async_op: utils.bound(
+    bind=lambda comm, input, output, async_op: bound(
         comm.all_gather, output, input, async_op=async_op),
     output_numel=lambda numel, n: n * numel,
     algbw_factor=lambda n: n,
     busbw_factor=lambda n: n - 1,  # (nS/t) * (n-1)/n
-    size_rule=utils.GATHERED,
+    size_rule=GATHERED,
     staging=lambda n: n,  # gloo gathers into a temporary n-fold output, then copies it
     # Output position i holds element i mod E of rank i div E.
     expected=lambda values, rank, n, numel, index: values(index // numel, index % numel),
@@ -19,9 +20,9 @@ ALL_GATHER = utils.Collective(
 
 
 # The original's entry points: time one size, and run the whole op (SPEC §1).
-timed_all_gather = functools.partial(utils.timed_collective, ALL_GATHER)
-run_all_gather = functools.partial(utils.run_op, ALL_GATHER)
+timed_all_gather = functools.partial(harness.timed_collective, ALL_GATHER)
+run_all_gather = functools.partial(harness.run_op, ALL_GATHER)
 
 
 if __name__ == "__main__":
-    utils.cli(run_all_gather)
+    harness.cli(run_all_gather)

@@ -2,25 +2,26 @@
 
 import functools
 
-import utils
+from commbench import harness
+from commbench.collective import WHOLE, Collective, bound
 
-ALL_REDUCE = utils.Collective(
+ALL_REDUCE = Collective(
     name="all_reduce",
-    bind=lambda comm, input, output, async_op: utils.bound(
+    bind=lambda comm, input, output, async_op: bound(
         comm.dist.all_reduce, input, async_op=async_op),
     output_numel=None,
     algbw_factor=lambda n: 2,
     busbw_factor=lambda n: 2 * (n - 1) / n,
-    size_rule=utils.WHOLE,
+    size_rule=WHOLE,
     expected=lambda values, rank, n, numel, index: sum(values(s, index) for s in range(n)),
     reduces=True,
 )
 
 
 # The original's entry points: time one size, and run the whole op (SPEC §1).
-timed_all_reduce = functools.partial(utils.timed_collective, ALL_REDUCE)
-run_all_reduce = functools.partial(utils.run_op, ALL_REDUCE)
+timed_all_reduce = functools.partial(harness.timed_collective, ALL_REDUCE)
+run_all_reduce = functools.partial(harness.run_op, ALL_REDUCE)
 
 
 if __name__ == "__main__":
-    utils.cli(run_all_reduce)
+    harness.cli(run_all_reduce)

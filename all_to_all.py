@@ -2,7 +2,8 @@
 
 import functools
 
-import utils
+from commbench import harness
+from commbench.collective import SPLIT, Collective, bound
 
 
 def _first_of_each_chunk(comm, input, output):
@@ -21,23 +22,23 @@ def _received(values, rank, n, numel, index):
     return values(index // chunk, rank * chunk + index % chunk)
 
 
-ALL_TO_ALL = utils.Collective(
+ALL_TO_ALL = Collective(
     name="all_to_all",
-    bind=lambda comm, input, output, async_op: utils.bound(
+    bind=lambda comm, input, output, async_op: bound(
         comm.dist.all_to_all_single, output, input, async_op=async_op),
     output_numel=lambda numel, n: numel,
     algbw_factor=lambda n: 1,
     busbw_factor=lambda n: (n - 1) / n,
-    size_rule=utils.SPLIT,
+    size_rule=SPLIT,
     expected=_received,
     debug=_first_of_each_chunk,
 )
 
 
 # The original's entry points: time one size, and run the whole op (SPEC §1).
-timed_all_to_all = functools.partial(utils.timed_collective, ALL_TO_ALL)
-run_all_to_all = functools.partial(utils.run_op, ALL_TO_ALL)
+timed_all_to_all = functools.partial(harness.timed_collective, ALL_TO_ALL)
+run_all_to_all = functools.partial(harness.run_op, ALL_TO_ALL)
 
 
 if __name__ == "__main__":
-    utils.cli(run_all_to_all)
+    harness.cli(run_all_to_all)

@@ -2,24 +2,25 @@
 
 import functools
 
-import utils
+from commbench import harness
+from commbench.collective import WHOLE, Collective, bound
 
-BROADCAST = utils.Collective(
+BROADCAST = Collective(
     name="broadcast",
-    bind=lambda comm, input, output, async_op: utils.bound(
+    bind=lambda comm, input, output, async_op: bound(
         comm.dist.broadcast, input, 0, async_op=async_op),
     output_numel=None,
     algbw_factor=lambda n: 1,
     busbw_factor=lambda n: 1,
-    size_rule=utils.WHOLE,
+    size_rule=WHOLE,
     expected=lambda values, rank, n, numel, index: values(0, index),
 )
 
 
 # The original's entry points: time one size, and run the whole op (SPEC §1).
-timed_broadcast = functools.partial(utils.timed_collective, BROADCAST)
-run_broadcast = functools.partial(utils.run_op, BROADCAST)
+timed_broadcast = functools.partial(harness.timed_collective, BROADCAST)
+run_broadcast = functools.partial(harness.run_op, BROADCAST)
 
 
 if __name__ == "__main__":
-    utils.cli(run_broadcast)
+    harness.cli(run_broadcast)

@@ -7,7 +7,7 @@ module is imported by everything.
 DEFAULT_WARMUPS = 5
 DEFAULT_TRIALS = 50
 DEFAULT_TYPE = "float"
-DEFAULT_BACKEND = None  # detected: see utils.resolve_device_and_backend
+DEFAULT_BACKEND = None  # detected: see commbench.comm.resolve_device_and_backend
 DEFAULT_DEVICE = None  # detected
 DEFAULT_UNIT = "Gbps"
 DEFAULT_DIST = "deepspeed"
@@ -32,7 +32,7 @@ MAX_MAXSIZE = 40
 # (no list of n output tensors to keep alive).
 ALL_GATHER_ONE_TENSOR_EXTRA_FACTOR = 0.2
 
-# Single-size memory plan (utils.plan_single_size): the buffers an op allocates, the copies the
+# Single-size memory plan (commbench.sizes.plan_single_size): the buffers an op allocates, the copies the
 # backend stages them through, and these reserves must fit in this fraction of the memory the
 # rank may plan on. The rest is left to the OS, the allocator and the process's own growth.
 USABLE_MEMORY_FRACTION = 0.9

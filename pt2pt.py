@@ -2,7 +2,8 @@
 
 import functools
 
-import utils
+from commbench import harness
+from commbench.collective import WHOLE, Collective
 
 
 def _bind(comm, input, output, async_op):
@@ -14,13 +15,13 @@ def _bind(comm, input, output, async_op):
     return lambda: None
 
 
-PT2PT = utils.Collective(
+PT2PT = Collective(
     name="pt2pt",
     bind=_bind,
     output_numel=None,
     algbw_factor=lambda n: 1,
     busbw_factor=lambda n: 1,
-    size_rule=utils.WHOLE,
+    size_rule=WHOLE,
     # Rank 1 ends with rank 0's data; every other rank keeps its own.
     expected=lambda values, rank, n, numel, index: values(0 if rank == 1 else rank, index),
     min_world_size=2,
@@ -29,9 +30,9 @@ PT2PT = utils.Collective(
 
 
 # The original's entry points: time one size, and run the whole op (SPEC §1).
-timed_pt2pt = functools.partial(utils.timed_collective, PT2PT)
-run_pt2pt = functools.partial(utils.run_op, PT2PT)
+timed_pt2pt = functools.partial(harness.timed_collective, PT2PT)
+run_pt2pt = functools.partial(harness.run_op, PT2PT)
 
 
 if __name__ == "__main__":
-    utils.cli(run_pt2pt)
+    harness.cli(run_pt2pt)

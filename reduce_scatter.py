@@ -2,16 +2,17 @@
 
 import functools
 
-import utils
+from commbench import harness
+from commbench.collective import SPLIT, Collective, bound
 
-REDUCE_SCATTER = utils.Collective(
+REDUCE_SCATTER = Collective(
     name="reduce_scatter",
-    bind=lambda comm, input, output, async_op: utils.bound(
+    bind=lambda comm, input, output, async_op: bound(
         comm.reduce_scatter, output, input, async_op=async_op),
     output_numel=lambda numel, n: numel // n,
     algbw_factor=lambda n: 1,
     busbw_factor=lambda n: (n - 1) / n,
-    size_rule=utils.SPLIT,
+    size_rule=SPLIT,
     staging=lambda n: 1,  # gloo reduces a temporary copy of the whole input
     # Rank r keeps the sum of chunk r (E/n elements from r·E/n) of every rank.
     expected=lambda values, rank, n, numel, index: sum(
@@ -21,9 +22,9 @@ REDUCE_SCATTER = utils.Collective(
 
 
 # The original's entry points: time one size, and run the whole op (SPEC §1).
-timed_reduce_scatter = functools.partial(utils.timed_collective, REDUCE_SCATTER)
-run_reduce_scatter = functools.partial(utils.run_op, REDUCE_SCATTER)
+timed_reduce_scatter = functools.partial(harness.timed_collective, REDUCE_SCATTER)
+run_reduce_scatter = functools.partial(harness.run_op, REDUCE_SCATTER)
 
 
 if __name__ == "__main__":
-    utils.cli(run_reduce_scatter)
+    harness.cli(run_reduce_scatter)

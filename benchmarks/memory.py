@@ -3,7 +3,7 @@
 For world sizes 1, 2 and 3 on CPU (gloo), it runs a scan of every op to --maxsize and reads,
 for the largest size, the memory each rank used (results file field
 memory_used_per_rank_bytes: peak resident memory above the rank's memory before its buffers
-were allocated). It prints that beside the planner's model (utils.footprint without its fixed
+were allocated). It prints that beside the planner's model (commbench.sizes.footprint without its fixed
 reserves: input, output, the backend's staging copy), and with --check the check's working
 set, which the planner covers with a fixed reserve.
 
@@ -52,8 +52,8 @@ def run_scan(world_size, options, output):
 
 def report(world_size, records, options):
     sys.path.insert(0, str(ROOT))
-    import run_all
     import utils
+    from commbench.sizes import footprint
 
     comm = SimpleNamespace(world_size=world_size, on_accelerator=False, backend="gloo")
     flags = SimpleNamespace(check=options.check)
@@ -62,9 +62,9 @@ def report(world_size, records, options):
     print(f"{'op':16s} {'input MiB':>10s} {'model (x input)':>36s} {'model MiB':>10s} "
           f"{'used MiB (max rank)':>20s} {'used/model':>11s} {'beyond MiB':>11s}")
     for op, record in records.items():
-        collective = run_all.OPS[op][0]
+        collective = utils.collective(op)
         numel, element_size = record["numel"], record["element_size"]
-        need, parts, reserve = utils.footprint(collective, numel, element_size, flags, comm)
+        need, parts, reserve = footprint(collective, numel, element_size, flags, comm)
         model = need - reserve
         used = max(u for u in record["memory_used_per_rank_bytes"] if u is not None)
         parts_text = " + ".join(f"{what.replace(' staging', '')} {share:.3g}" for what, share in parts)

@@ -1,7 +1,7 @@
 """What the harness itself costs: the suite's figures beside a bare loop, and start-up time.
 
 For every op and message size, in one process group, the ranks alternate (A B, B A, ...):
-  A  the suite's own measurement (utils.time_op on the op's bound call, as the table's
+  A  the suite's own measurement (commbench.timing.time_op on the op's bound call, as the table's
      Duration is made),
   B  a bare loop of the same collective on the same buffers: warmups, then `trials` direct
      torch.distributed calls between two clock reads, nothing else.
@@ -90,20 +90,22 @@ def worker(options):
         pin(int(os.environ.get("LOCAL_RANK", "0")))
     sys.path.insert(0, str(ROOT))
     import torch
-    import run_all
     import utils
+    from commbench.comm import teardown
+    from commbench.sizes import allocate
+    from commbench.timing import time_op
 
     args = utils.benchmark_parser().parse_args(["--dist", options.dist, "--device", "cpu",
                                                 "--warmups", "3"])
     comm = utils.init_processes(None, args)
-    ops = [op for op in options.ops if comm.world_size >= run_all.OPS[op][0].min_world_size]
+    ops = [op for op in options.ops if comm.world_size >= utils.collective(op).min_world_size]
     for op in ops:
-        collective = run_all.OPS[op][0]
+        collective = utils.collective(op)
         for size in options.sizes:
             numel = size // 4
             if numel % comm.world_size:
                 continue
-            input, output = utils.allocate(collective, numel, args, comm)
+            input, output = allocate(collective, numel, args, comm)
             call = collective.bind(comm, input, output, False)
             # Trials for about --seconds a measurement, from a probe; rank 0 decides for all.
             probe = time_bare(op, input, output, 1, 3, comm)
@@ -115,14 +117,14 @@ def worker(options):
                 # A B, then B A: neither side always runs first (caches, clocks, neighbours).
                 for side in ("suite", "bare") if pair % 2 == 0 else ("bare", "suite"):
                     if side == "suite":
-                        suite.append(utils.time_op(call, args, comm).mean)
+                        suite.append(time_op(call, args, comm).mean)
                     else:
                         bare.append(time_bare(op, input, output, args.warmups, args.trials, comm))
             if comm.rank == 0:
                 print(RECORD + json.dumps({"op": op, "size": size, "world_size": comm.world_size,
                                            "trials": args.trials, "suite": suite, "bare": bare}),
                       flush=True)
-    utils.teardown()
+    teardown()
 
 
 # --------------------------------------------------------------------------- the report
@@ -152,7 +154,7 @@ def report(records, options):
     layer = "deepspeed.comm" if options.dist == "deepspeed" else "torch.distributed"
     world_size = records[0]["world_size"]
     pinned = "each rank pinned to one CPU" if options.pin else "ranks not pinned"
-    print(f"\nworld size {world_size}: suite ({layer}, utils.time_op) vs bare torch.distributed "
+    print(f"\nworld size {world_size}: suite ({layer}, time_op) vs bare torch.distributed "
           f"loop, medians of {len(records[0]['suite'])} pairs, order alternating, {pinned}")
     print(f"{'op':16s} {'size':>10s} {'trials':>7s} {'suite us':>12s} {'bare us':>12s} "
           f"{'suite/bare':>11s}")

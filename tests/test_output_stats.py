@@ -14,7 +14,7 @@ import time
 import psutil
 import pytest
 
-import results
+from commbench import results
 from conftest import ROOT, base_env, free_port, launcher_command, parse_tables
 
 SI_FIELDS = ("size_bytes", "numel", "duration_s", "throughput_Bps", "busbw_Bps")

@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-import results
+from commbench import results
 from conftest import ROOT, base_env
 
 
@@ -72,8 +72,12 @@ def test_dist_torch_imports_only_what_it_uses(run, tmp_path):
     result = run("all_reduce.py", "--scan", "--maxsize=3", "--dist=torch",
                  env={"PYTHONPATH": str(tmp_path), "MODULES_FILE": str(modules_file)})
     assert result.returncode == 0, result
-    modules = {name.split(".")[0] for name in json.loads(modules_file.read_text())}
-    assert "torch" in modules and "utils" in modules
+    loaded = set(json.loads(modules_file.read_text()))
+    modules = {name.split(".")[0] for name in loaded}
+    assert "torch" in modules and "commbench" in modules
     # (torch itself brings numpy and tqdm; what this suite adds on its own is checked here.)
-    for unused in ("deepspeed", "matplotlib", "mpi4py", "results", "psutil", "cpuinfo"):
+    for unused in ("deepspeed", "matplotlib", "mpi4py", "psutil", "cpuinfo"):
         assert unused not in modules, unused
+    # The harness's own optional parts: result files and reports only when asked for.
+    for unused in ("commbench.results", "commbench.report"):
+        assert unused not in loaded, unused

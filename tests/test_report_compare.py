@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-import report
-import results
+from commbench import results
+from commbench.report import compare
 from conftest import ROOT
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -38,7 +38,7 @@ def test_compare_two_real_runs(two_runs):
             assert row["busbw_a"] == a[row["size"]]["busbw_Bps"]
             assert row["slower"] == (row["ratio"] > 1.10)
         small = [row["ratio"] for row in op["rows"] if row["size"] < 65536]
-        assert op["small_ratio"] == pytest.approx(report.geometric_mean(small))
+        assert op["small_ratio"] == pytest.approx(compare.geometric_mean(small))
         assert op["verdict"].startswith(f"{op['op']}: deepspeed.comm gloo n=2 ")
     text = subprocess.run([sys.executable, "report.py", "compare", str(torch_file),
                            str(deepspeed_file)], cwd=ROOT, capture_output=True, text=True).stdout

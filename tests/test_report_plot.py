@@ -4,7 +4,8 @@ import struct
 import subprocess
 import sys
 
-import report
+from commbench.report.plot import plot
+from commbench.report.runs import load_run
 from conftest import ROOT
 from test_report_compare import FIXTURES
 
@@ -16,10 +17,10 @@ def png_size(path):
 
 
 def test_plot_has_a_line_per_run_per_panel(two_runs, tmp_path):
-    runs = [report.load_run(str(two_runs["torch"][0])), report.load_run(str(two_runs["deepspeed"][1])),
-            report.load_run(str(FIXTURES / "all_reduce_perf.txt"))]
+    runs = [load_run(str(two_runs["torch"][0])), load_run(str(two_runs["deepspeed"][1])),
+            load_run(str(FIXTURES / "all_reduce_perf.txt"))]
     output = tmp_path / "curves.png"
-    figure = report.plot(runs, str(output))
+    figure = plot(runs, str(output))
     width, height = png_size(output)
     assert width >= 800 and height >= 600
     axes = figure.axes

@@ -7,8 +7,7 @@ import sys
 
 import pytest
 
-import report
-import strategy
+from commbench.report import runs, strategy
 from conftest import ROOT
 
 P, N = 1e9, 8
@@ -51,7 +50,7 @@ def test_bytes_per_step_by_hand():
 
 
 def curves(points):
-    return strategy.Curves({"all_reduce": {s: report.Measurement(s, t, 0) for s, t in points}})
+    return strategy.Curves({"all_reduce": {s: runs.Measurement(s, t, 0) for s, t in points}})
 
 
 def test_interpolation_exact_at_measured_sizes_and_monotone_between():

@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-import utils
+from commbench import dtypes, errors, launch, memory, sizes, table
 
 DISCOVERY = [
     ({}, ("none", 0, 0, 1)),
@@ -24,7 +24,7 @@ DISCOVERY = [
 
 @pytest.mark.parametrize("environ,expected", DISCOVERY)
 def test_discovery(environ, expected):
-    env = utils.discover_launch_env(environ)
+    env = launch.discover_launch_env(environ)
     assert (env.launcher, env.rank, env.local_rank, env.world_size) == expected
 
 
@@ -41,15 +41,15 @@ def test_discovery(environ, expected):
       "OMPI_COMM_WORLD_LOCAL_RANK": "-1"}, "must be >= 0"),
 ])
 def test_discovery_rejects_partial_or_contradictory(environ, text):
-    with pytest.raises(utils.UsageError, match=text):
-        utils.discover_launch_env(environ)
+    with pytest.raises(errors.UsageError, match=text):
+        launch.discover_launch_env(environ)
 
 
 def test_local_rank_argument():
-    env = utils.discover_launch_env({"RANK": "1", "WORLD_SIZE": "2"}, local_rank_arg=1)
+    env = launch.discover_launch_env({"RANK": "1", "WORLD_SIZE": "2"}, local_rank_arg=1)
     assert env.local_rank == 1
-    with pytest.raises(utils.UsageError, match="contradicts"):
-        utils.discover_launch_env({"RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, local_rank_arg=1)
+    with pytest.raises(errors.UsageError, match="contradicts"):
+        launch.discover_launch_env({"RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, local_rank_arg=1)
 
 
 @pytest.mark.parametrize("nodelist,hosts", [
@@ -59,29 +59,29 @@ def test_local_rank_argument():
     ("gpu-[1-2]-ib", ["gpu-1-ib", "gpu-2-ib"]),
 ])
 def test_expand_nodelist(nodelist, hosts):
-    assert utils.expand_nodelist(nodelist) == hosts
+    assert launch.expand_nodelist(nodelist) == hosts
 
 
-@pytest.mark.parametrize("environ,launch,address", [
-    ({"MASTER_ADDR": "10.1.2.3"}, utils.LaunchEnv("Slurm", 0, 0, 8), "10.1.2.3"),
-    ({}, utils.LaunchEnv("none", 0, 0, 1), "127.0.0.1"),
-    ({"OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, utils.LaunchEnv("Open MPI", 1, 1, 4), "127.0.0.1"),
+@pytest.mark.parametrize("environ,where,address", [
+    ({"MASTER_ADDR": "10.1.2.3"}, launch.LaunchEnv("Slurm", 0, 0, 8), "10.1.2.3"),
+    ({}, launch.LaunchEnv("none", 0, 0, 1), "127.0.0.1"),
+    ({"OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, launch.LaunchEnv("Open MPI", 1, 1, 4), "127.0.0.1"),
     ({"SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "node[07-08]"},
-     utils.LaunchEnv("Slurm", 3, 1, 4), "node07"),
+     launch.LaunchEnv("Slurm", 3, 1, 4), "node07"),
     ({"SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "node07"},
-     utils.LaunchEnv("Slurm", 1, 1, 2), "127.0.0.1"),
+     launch.LaunchEnv("Slurm", 1, 1, 2), "127.0.0.1"),
 ])
-def test_master_address(environ, launch, address):
-    assert utils.master_address(environ, launch) == address
+def test_master_address(environ, where, address):
+    assert launch.master_address(environ, where) == address
 
 
 @pytest.mark.parametrize("value,ok", [("29500", True), ("99999", False), ("0", False), ("x", False)])
 def test_master_port(value, ok):
     if ok:
-        assert utils.master_port({"MASTER_PORT": value}) == int(value)
+        assert launch.master_port({"MASTER_PORT": value}) == int(value)
     else:
-        with pytest.raises(utils.UsageError, match="MASTER_PORT"):
-            utils.master_port({"MASTER_PORT": value})
+        with pytest.raises(errors.UsageError, match="MASTER_PORT"):
+            launch.master_port({"MASTER_PORT": value})
 
 
 @pytest.mark.parametrize("size,text", [
@@ -89,7 +89,7 @@ def test_master_port(value, ok):
     (1536 * 1024, "1.5 MB"), (2 ** 30, "1.0 GB"), (3 * 2 ** 40, "3.0 TB"), (12345, "12.06 KB"),
 ])
 def test_convert_size(size, text):
-    assert utils.convert_size(size) == text
+    assert table.convert_size(size) == text
 
 
 @pytest.mark.parametrize("raw,duration,text", [
@@ -98,11 +98,11 @@ def test_convert_size(size, text):
 ])
 def test_duration_strings(raw, duration, text):
     args = argparse.Namespace(raw=raw)
-    assert utils.get_metric_strings(args, 1.23456e9, 2e9, duration) == ("1.235", "2.000", text)
+    assert table.get_metric_strings(args, 1.23456e9, 2e9, duration) == ("1.235", "2.000", text)
 
 
 def test_scan_numels():
-    assert utils.scan_numels(3, 5) == [6, 12, 24, 48]
+    assert sizes.scan_numels(3, 5) == [6, 12, 24, 48]
 
 
 @pytest.mark.parametrize("name,ok", [("float", True), ("half", True), ("bfloat16", True),
@@ -111,10 +111,10 @@ def test_scan_numels():
                                      ("__import__('os')", False)])
 def test_dtype_names(name, ok):
     if ok:
-        assert utils.get_dtype(name).is_floating_point in (True, False)
+        assert dtypes.get_dtype(name).is_floating_point in (True, False)
     else:
         with pytest.raises(argparse.ArgumentTypeError):
-            utils.get_dtype(name)
+            dtypes.get_dtype(name)
 
 
 def test_read_field_reads_proc_and_cgroup_formats(tmp_path):
@@ -122,8 +122,8 @@ def test_read_field_reads_proc_and_cgroup_formats(tmp_path):
     meminfo.write_text("MemTotal:       24000 kB\nMemAvailable:     123 kB\n")
     stat = tmp_path / "memory.stat"
     stat.write_text("cache 8192\ntotal_inactive_file 4096\ninactive_file 1\n")
-    assert utils._read_field(str(meminfo), "MemAvailable") == 123 * 1024
-    assert utils._read_field(str(stat), "total_inactive_file") == 4096
-    assert utils._read_field(str(stat), "inactive_file") == 1  # a whole key, not a suffix
-    assert utils._read_field(str(stat), "rss") is None
-    assert utils._read_field(str(tmp_path / "absent"), "rss") is None
+    assert memory._read_field(str(meminfo), "MemAvailable") == 123 * 1024
+    assert memory._read_field(str(stat), "total_inactive_file") == 4096
+    assert memory._read_field(str(stat), "inactive_file") == 1  # a whole key, not a suffix
+    assert memory._read_field(str(stat), "rss") is None
+    assert memory._read_field(str(tmp_path / "absent"), "rss") is None

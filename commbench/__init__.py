@@ -1,0 +1,22 @@
+"""commbench: the harness behind the op scripts at the top of the repository.
+
+One module per concern, dependencies running one way (top to bottom):
+
+  harness     runs an op: its sizes, timing, check, row and record; the entry point
+  sizes       which message sizes: the scan, the single-size plan, allocation
+  timing      the warmup and trial loop, per-trial statistics
+  check       --check: known input, the expected result, wrong elements counted
+  comm        device and backend, the communication layer (Comm), process-group set-up
+  guard       what ends a run cleanly: deadlines, stop signals, peer failures
+  launch      launcher environments, node lists, MASTER_ADDR and MASTER_PORT
+  memory      how much memory a rank has, and how much one size took
+  collective  the descriptor an op script fills in, bandwidth from it
+  table       what rank 0 prints: the header, rows, units; notes on stderr
+  cli         the command line and its validators
+  dtypes      which dtypes a run may use, and which a backend can move
+  results     result files (.jsonl, .csv, .json) as they are written and read
+  errors      the one exception type of expected failures
+  report/     reading runs back: compare, plot, strategy
+
+`utils.py` at the top is the public face with the original suite's names.
+"""

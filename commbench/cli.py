@@ -1,0 +1,131 @@
+"""The command line shared by every script (SPEC §2): the parser and its validators.
+
+A bad flag is a UsageError (exit 2, one line), never argparse's own exit.
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+
+import constants
+
+from .dtypes import get_dtype
+from .errors import PROG, UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{message} (see --help)")
+
+
+def _int_at_least(minimum):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    return parse
+
+
+def _maxsize(text):
+    value = _int_at_least(constants.MIN_MAXSIZE)(text)
+    if value > constants.MAX_MAXSIZE:
+        raise argparse.ArgumentTypeError(f"must be <= {constants.MAX_MAXSIZE} (2^{value} elements "
+                                         f"fit no memory), got {value}")
+    return value
+
+
+def _float_in(low, high, what):
+    """A parser of floats in (low, high]; `what` says the range in the error message."""
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+        if not low < value <= high:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text}")
+        return value
+    return parse
+
+
+_mem_factor = _float_in(0, 1, "in (0, 1]")
+_positive_seconds = _float_in(0, 1e6, "a positive number of seconds")
+
+
+def _dtype_name(text):
+    get_dtype(text)  # raises with the reason
+    return text
+
+
+def _device_type(text):
+    if ":" in text:
+        raise argparse.ArgumentTypeError(f"give a device type (cpu, cuda, ...) without an index, "
+                                         f"got {text}; each rank takes its local rank's index")
+    try:
+        torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a device type torch knows; use cpu, "
+                                         "cuda, xpu, hpu, npu, ...") from None
+    return text
+
+
+
+def benchmark_parser():
+    parser = _Parser(prog=os.path.basename(sys.argv[0]) or PROG,
+                     description="Measure collective communication through deepspeed.comm "
+                                 "or torch.distributed.")
+    parser.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
+                        help="set by launchers; default: from the launcher's environment")
+    parser.add_argument("--trials", type=_int_at_least(1), default=constants.DEFAULT_TRIALS,
+                        help="number of timed iterations (default %(default)s)")
+    parser.add_argument("--warmups", type=_int_at_least(0), default=constants.DEFAULT_WARMUPS,
+                        help="number of untimed iterations before timing (default %(default)s)")
+    parser.add_argument("--maxsize", type=_maxsize, default=constants.DEFAULT_MAXSIZE,
+                        help="scan up to n x 2^(maxsize-1) elements per rank (default %(default)s)")
+    parser.add_argument("--async-op", action="store_true",
+                        help="issue ops with async_op=True (pt2pt: isend/irecv) and wait on "
+                             "every handle inside the timed window")
+    parser.add_argument("--bw-unit", choices=constants.BW_UNITS, default=constants.DEFAULT_UNIT)
+    parser.add_argument("--backend", choices=constants.BACKENDS, default=constants.DEFAULT_BACKEND,
+                        help="communication backend (default: detected from the device)")
+    parser.add_argument("--dist", choices=constants.DISTS, default=constants.DEFAULT_DIST,
+                        help="communication layer to measure (default %(default)s)")
+    parser.add_argument("--scan", action="store_true",
+                        help="sweep message sizes instead of one large message")
+    parser.add_argument("--raw", action="store_true",
+                        help="print sizes in bytes and durations in microseconds, without units")
+    for op in constants.OPS:
+        parser.add_argument(f"--{op.replace('_', '-')}", dest=op, action="store_true",
+                            help=f"run {op} (run_all.py; none given = all)")
+    parser.add_argument("--dtype", type=_dtype_name, default=constants.DEFAULT_TYPE,
+                        help="torch dtype of the buffers (default %(default)s)")
+    parser.add_argument("--mem-factor", type=_mem_factor, default=constants.DEFAULT_MEM_FACTOR,
+                        help="fraction of per-rank memory a single-size run may use, in (0, 1] "
+                             "(default %(default)s)")
+    parser.add_argument("--debug", action="store_true",
+                        help="all_to_all: print a few elements of each rank's buffers")
+    parser.add_argument("--device", type=_device_type, default=constants.DEFAULT_DEVICE,
+                        help="cuda, cpu, xpu, hpu, npu, ... (default: detected)")
+    parser.add_argument("--check", action="store_true",
+                        help="after timing each size, run the op once more on known input and "
+                             "count wrong elements (column Wrong; any wrong: exit status 1)")
+    parser.add_argument("--stats", action="store_true",
+                        help="time every trial too: median, p99 and the slowest rank per size")
+    parser.add_argument("--output", metavar="PATH",
+                        help="write results to PATH as it runs: .jsonl, .csv or .json")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing --output file (default: write PATH.1, PATH.2, ...)")
+    parser.add_argument("--time-budget", type=_positive_seconds, default=None, metavar="SECONDS",
+                        help="per message size, time about this long: the trial count comes "
+                             "from the median warmup's pace, at least 5 and at most --trials")
+    parser.add_argument("--timeout", type=_positive_seconds, default=constants.DEFAULT_TIMEOUT,
+                        help="seconds a rank waits for its peers (rendezvous, process group) "
+                             "before it gives up with an error (default %(default)s)")
+    return parser
+
+

@@ -1,0 +1,51 @@
+"""The descriptor an op script fills in (nccl-tests' idea): buffers, the one call, the
+bandwidth factors, the single-size rule and the expected result. Bandwidth comes from it."""
+
+import functools
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+# How a single-size run sizes its message from the memory it may use (SPEC §4).
+WHOLE = "whole"  # E = M / es, with twice the memory factor (no output buffer)
+GATHERED = "gathered"  # E = 2^floor(log2(M / es / n)); output is n times the input
+SPLIT = "split"  # E = n * 2^floor(log2(M / es / n)); divisible by n
+
+
+@dataclass(frozen=True)
+class Collective:
+    """What nccl-tests calls a collective's descriptor: all the harness needs to know."""
+
+    name: str
+    # bind(comm, input, output, async_op) -> a zero-argument callable that issues the op once
+    # and returns its work handle (or None). Bound once per size: the timed loop only calls it.
+    bind: Callable
+    output_numel: Optional[Callable[[int, int], int]]  # (E, n) -> elements; None: in place
+    algbw_factor: Callable[[int], float]  # Throughput = factor(n) * S / t
+    busbw_factor: Callable[[int], float]  # BusBW = factor(n) * S / t
+    size_rule: str  # WHOLE, GATHERED or SPLIT
+    # --check: expected(values, rank, n, E, index) -> the exact result at output positions
+    # `index` (an int64 tensor) of this rank, where values(s, j) is rank s's input element j.
+    expected: Callable
+    reduces: bool = False  # sums over ranks: check values must stay exact when summed
+    min_world_size: int = 1
+    shown_world_size: Optional[int] = None  # pt2pt's header always says 2 devices
+    debug: Optional[Callable] = None  # (comm, input, output) -> str, for --debug
+    # n -> the multiple of the input a CPU backend copies it through while the op runs
+    # (gloo, measured by benchmarks/memory.py); counted by the single-size memory plan.
+    staging: Optional[Callable[[int], float]] = None
+
+
+def bound(function, *args, async_op=False):
+    """`function(*args)` ready to call once per trial. async_op is passed only when true: torch's
+    collective wrappers spend about 0.5 us on a keyword argument, which a world of one measures."""
+    if async_op:
+        return functools.partial(function, *args, async_op=True)
+    return functools.partial(function, *args)
+
+
+def get_bw(collective, size, duration, world_size, bw_unit):
+    """(Throughput, BusBW) in bytes/s, or bits/s with Gbps, for `size` bytes per rank."""
+    scale = 8 if bw_unit == "Gbps" else 1
+    rate = size / duration
+    return (collective.algbw_factor(world_size) * rate * scale,
+            collective.busbw_factor(world_size) * rate * scale)

@@ -1,0 +1,313 @@
+"""The communication layer: which device and backend a run uses, the process group's set-up
+and teardown, and `Comm`, the layer chosen once (torch.distributed or deepspeed.comm) and
+handed to every op.
+
+Measured calls go through `Comm.dist`; bookkeeping between ranks (agreeing on memory, on an
+allocation failure, on hostnames) always goes through torch.distributed, which both layers
+sit on.
+"""
+
+import contextlib
+import functools
+import os
+import socket
+import sys
+import traceback
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Callable
+
+import torch
+import torch.distributed
+
+from .dtypes import check_dtype_for_backend
+from .errors import PROG, BenchmarkError, UsageError
+from .guard import deadline
+from .launch import check_master_address, discover_launch_env, master_address, master_port
+from .table import emit
+
+
+def _import_ccl():
+    try:
+        import oneccl_bindings_for_pytorch  # noqa: F401  (registers the ccl backend)
+    except ImportError:
+        return False
+    return True
+
+
+def _torch_accelerator():
+    """The device type of torch's current accelerator ('cuda', 'xpu', ...), or None."""
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and accelerator.is_available():
+        return accelerator.current_accelerator().type
+    return "cuda" if torch.cuda.is_available() else None
+
+
+def resolve_device_and_backend(args, ds_accelerator=None):
+    """The device type and backend this run uses, checked to exist; raises BenchmarkError."""
+    if ds_accelerator is not None:
+        available = ds_accelerator.device_name()
+        device = args.device or available
+        backend = args.backend or (ds_accelerator.communication_backend_name()
+                                   if device == available else "gloo")
+    else:
+        available = _torch_accelerator()
+        device = args.device or ("cuda" if available == "cuda" else "cpu")
+    if device != "cpu" and device != available:
+        raise BenchmarkError(f"--device {device}: no {device} device is available on this machine; "
+                             "use --device cpu")
+    if ds_accelerator is None:
+        if args.backend:
+            backend = args.backend
+        elif device == "cuda":
+            backend = "nccl"
+        elif device == "cpu":
+            backend = "ccl" if _import_ccl() else "gloo"
+        else:
+            backend = torch.distributed.get_default_backend_for_device(device)
+    if backend == "nccl" and (device != "cuda" or not torch.cuda.is_available()):
+        raise BenchmarkError("--backend nccl needs CUDA devices and there are none here "
+                             "(or --device is not cuda); use --backend gloo --device cpu")
+    if backend == "ccl" and not _import_ccl():
+        raise BenchmarkError("--backend ccl needs oneccl_bindings_for_pytorch, which is not "
+                             "installed; install it or use --backend gloo")
+    if backend == "mpi" and not torch.distributed.is_mpi_available():
+        raise BenchmarkError("--backend mpi: this torch was built without MPI support; "
+                             "use --backend gloo (CPU) or nccl (GPU)")
+    if not torch.distributed.is_backend_available(backend):
+        raise BenchmarkError(f"--backend {backend} is not available in this torch build")
+    return device, backend
+
+
+# --------------------------------------------------------------------------- the communication layer
+
+
+@dataclass
+class Comm:
+    """The communication layer chosen once (torch.distributed or deepspeed.comm) and this
+    rank's place in the world. Handed to every op; never a global."""
+
+    dist: object  # the module whose calls are measured
+    name: str  # "torch" or "deepspeed"
+    backend: str
+    device: torch.device
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    all_gather: Callable  # (output, input, async_op=...) into one tensor
+    reduce_scatter: Callable  # (output, input, async_op=...) SUM into one tensor
+    one_tensor_all_gather: bool
+    hostnames: list
+    accelerator: object = None  # DeepSpeed's accelerator in deepspeed mode
+    results: object = None  # rank 0's results writer (results.py), with --output
+    failures: list = field(default_factory=list)  # --check: "op at size" that had wrong elements
+
+    @property
+    def on_accelerator(self):
+        return self.device.type != "cpu"
+
+    def synchronize(self):
+        if not self.on_accelerator:
+            return
+        if self.accelerator is not None:
+            self.accelerator.synchronize()
+        else:
+            torch.accelerator.synchronize(self.device)
+
+    def barrier(self):
+        self.dist.barrier()
+
+    def sync_all(self):
+        """Device sync then barrier: every rank is idle and at the same point."""
+        self.synchronize()
+        self.barrier()
+        self.synchronize()
+
+    def any_rank(self, flag):
+        """True on every rank when `flag` is true on at least one (bookkeeping, not measured)."""
+        value = torch.tensor([1 if flag else 0], dtype=torch.int32, device=self.device)
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+        return bool(value.item())
+
+    def min_over_ranks(self, number):
+        value = torch.tensor([number], dtype=torch.int64, device=self.device)
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MIN)
+        return int(value.item())
+
+    def sum_over_ranks(self, number):
+        value = torch.tensor([number], dtype=torch.int64, device=self.device)
+        torch.distributed.all_reduce(value)
+        return int(value.item())
+
+    def gather_figures(self, figures):
+        """Every rank's list of floats (all of one length), on every rank."""
+        mine = torch.tensor(figures, dtype=torch.float64, device=self.device)
+        everyone = torch.empty(self.world_size * len(figures), dtype=torch.float64,
+                               device=self.device)
+        all_gather = _torch_one_tensor_api(self.world_size)[0]
+        all_gather(everyone, mine)
+        return everyone.view(self.world_size, len(figures)).tolist()
+
+
+def _list_form(collective, world_size):
+    """all_gather / reduce_scatter through the list API, for a torch without one-tensor forms."""
+    if collective == "all_gather":
+        def call(output, input, async_op=False):
+            return torch.distributed.all_gather(list(output.chunk(world_size)), input,
+                                                async_op=async_op)
+    else:
+        def call(output, input, async_op=False):
+            return torch.distributed.reduce_scatter(output, list(input.chunk(world_size)),
+                                                    async_op=async_op)
+    return call
+
+
+def _torch_one_tensor_api(world_size):
+    d = torch.distributed
+    # Newest first: torch 2.13 deprecates *_into_tensor / *_tensor in favour of *_single.
+    gather = getattr(d, "all_gather_single", None) or getattr(d, "all_gather_into_tensor", None)
+    scatter = getattr(d, "reduce_scatter_single", None) or getattr(d, "reduce_scatter_tensor", None)
+    return (gather or _list_form("all_gather", world_size),
+            scatter or _list_form("reduce_scatter", world_size),
+            gather is not None)
+
+
+def _import_deepspeed(device):
+    if device == "cpu":
+        # Spares DeepSpeed's accelerator probe and its warning when the user said cpu.
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    try:
+        # DeepSpeed logs to stdout; the table owns stdout, so its handler is bound to stderr.
+        with contextlib.redirect_stdout(sys.stderr):
+            import deepspeed
+            import deepspeed.comm
+            from deepspeed.accelerator import get_accelerator
+    except ImportError as error:
+        raise BenchmarkError(f"--dist deepspeed needs DeepSpeed, which cannot be imported ({error}); "
+                             "pip install deepspeed, or use --dist torch") from None
+    return deepspeed, deepspeed.comm, get_accelerator()
+
+
+def _init_error(error, port, rank):
+    """The one line for a process group that did not start."""
+    text = str(error)
+    if "EADDRINUSE" in text or "address already in use" in text.lower():
+        return BenchmarkError(f"MASTER_PORT {port} is already in use on this host: another job "
+                              "holds it; set MASTER_PORT to a free port", rank_local=True)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = (lines[0] if lines else type(error).__name__)[:300]
+    frames = traceback.extract_tb(error.__traceback__)
+    if any("cpp_extension" in frame.filename for frame in frames):
+        # DeepSpeed JIT-builds its CPU communication op at the first init_distributed().
+        cause = next((line for line in lines if "fatal error" in line or " error:" in line), first)
+        return BenchmarkError(f"rank {rank}: DeepSpeed could not build its CPU communication "
+                              f"extension ({cause[:200]}); it needs a C++ compiler, ninja and "
+                              "about 1 GB of free memory once (TORCH_EXTENSIONS_DIR keeps the "
+                              "build), or use --dist torch", rank_local=True)
+    return BenchmarkError(f"rank {rank}: the process group did not start: {first}",
+                          rank_local=True)
+
+
+
+def argument_digest(args):
+    """A digest of everything that shapes the measurement: ranks that disagree on a size or a
+    loop count would wait for each other forever, so they are refused at start-up."""
+    import hashlib
+    shared = sorted((k, v) for k, v in vars(args).items() if k not in ("local_rank",))
+    return hashlib.sha256(repr(shared).encode()).hexdigest()
+
+
+def init_comm(local_rank, args):
+    """Initialise the process group the way `args.dist` says and return the Comm.
+
+    Reuses an already initialised process group (run_all and tests call the ops in turn).
+    """
+    launch = discover_launch_env(local_rank_arg=local_rank)
+    ds = ds_dist = ds_accelerator = None
+    if args.dist == "deepspeed":
+        ds, ds_dist, ds_accelerator = _import_deepspeed(args.device)
+    device_type, backend = resolve_device_and_backend(args, ds_accelerator)
+    check_dtype_for_backend(args, backend)
+
+    if not torch.distributed.is_initialized():
+        os.environ["MASTER_ADDR"] = check_master_address(master_address(os.environ, launch),
+                                                         launch.rank)
+        port = master_port(os.environ)
+        os.environ.update(MASTER_PORT=str(port), RANK=str(launch.rank),
+                          LOCAL_RANK=str(launch.local_rank), WORLD_SIZE=str(launch.world_size))
+        device = _select_device(device_type, launch.local_rank, ds_accelerator)
+        timeout = timedelta(seconds=args.timeout)
+        where = f"{os.environ['MASTER_ADDR']}:{port}"
+        try:
+            with deadline(args.timeout, f"rank {launch.rank}: no rendezvous of {launch.world_size} "
+                                        f"ranks at {where} within {args.timeout:g} s; did every "
+                                        "rank start, and do MASTER_ADDR and MASTER_PORT point to "
+                                        "rank 0?"):
+                if ds is not None:
+                    with contextlib.redirect_stdout(sys.stderr):
+                        ds.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
+                                            distributed_port=port, verbose=False, timeout=timeout)
+                else:
+                    torch.distributed.init_process_group(
+                        backend=backend, init_method="env://", rank=launch.rank,
+                        world_size=launch.world_size, timeout=timeout,
+                        device_id=device if device.type != "cpu" else None)
+        except Exception as error:  # noqa: BLE001  (third-party start-up: any failure is one line)
+            raise _init_error(error, port, launch.rank) from None
+    else:
+        device = _select_device(device_type, launch.local_rank, ds_accelerator)
+
+    rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    peers = [None] * world_size
+    with deadline(args.timeout, f"rank {rank}: the ranks did not all answer within "
+                                f"{args.timeout:g} s after start-up; a peer rank died or is stuck"):
+        torch.distributed.all_gather_object(peers, (socket.gethostname(), argument_digest(args)))
+    hostnames = [host for host, _ in peers]
+    local_world_size = hostnames.count(socket.gethostname())
+    differing = [r for r, (_, digest) in enumerate(peers) if digest != peers[0][1]]
+    if differing:
+        raise UsageError(f"ranks were started with different arguments (rank {differing[0]} differs "
+                         "from rank 0); start every rank with the same command line")
+
+    note_rank_0 = f"{PROG}: {args.dist} ({'deepspeed.comm' if ds_dist else 'torch.distributed'}), " \
+        f"backend {torch.distributed.get_backend()}, device {device.type}, {world_size} " \
+        f"rank{'s' if world_size > 1 else ''} " \
+        f"on {len(set(hostnames))} host(s), launcher environment: {launch.launcher}"
+    if rank == 0:
+        emit(sys.stderr, note_rank_0)
+    if ds_dist is not None:
+        import warnings
+        # DeepSpeed 0.19 calls torch's deprecated *_into_tensor / *_tensor collectives itself;
+        # the warning is about DeepSpeed's code, not something a user of this suite can act on.
+        warnings.filterwarnings("ignore", message=r"`torch\.distributed\.\w+` is deprecated",
+                                category=FutureWarning)
+        gather = functools.partial(ds_dist.allgather_fn)
+        scatter = functools.partial(ds_dist.reduce_scatter_fn)
+        one_tensor = ds_dist.has_all_gather_into_tensor()
+        dist_module = ds_dist
+    else:
+        gather, scatter, one_tensor = _torch_one_tensor_api(world_size)
+        dist_module = torch.distributed
+    comm = Comm(dist=dist_module, name=args.dist, backend=backend, device=device, rank=rank,
+                local_rank=launch.local_rank, world_size=world_size,
+                local_world_size=local_world_size, all_gather=gather, reduce_scatter=scatter,
+                one_tensor_all_gather=one_tensor, hostnames=hostnames, accelerator=ds_accelerator)
+    return comm
+
+
+def _select_device(device_type, local_rank, ds_accelerator):
+    if device_type == "cpu":
+        return torch.device("cpu")
+    if ds_accelerator is not None:
+        index = local_rank % ds_accelerator.device_count()
+        ds_accelerator.set_device(index)
+    else:
+        index = local_rank % torch.accelerator.device_count()
+        torch.accelerator.set_device_index(index)
+    return torch.device(device_type, index)
+
+
+def teardown():
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

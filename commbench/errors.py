@@ -1,0 +1,26 @@
+"""Expected failures: one exception type, turned into one line and an exit status at the
+entry point (harness.cli). Unexpected failures are not caught and keep their traceback."""
+
+PROG = "commbench"
+
+
+class BenchmarkError(Exception):
+    """An expected failure: bad input or a missing part. One line, no traceback.
+
+    Most such failures happen alike on every rank, and rank 0 alone reports them;
+    `rank_local` ones happen on one rank, which reports its own.
+    """
+
+    exit_code = 1
+
+    def __init__(self, message, rank_local=False):
+        super().__init__(message)
+        self.rank_local = rank_local
+
+
+class UsageError(BenchmarkError):
+    """The command line or the launcher environment is wrong."""
+
+    exit_code = 2
+
+

@@ -1,0 +1,81 @@
+"""What ends a run cleanly instead of a hang or a traceback: a deadline on blocking steps,
+stop signals that keep every record written, and telling a lost peer from a bug."""
+
+import contextlib
+import os
+import signal
+import socket
+import sys
+import threading
+
+import torch.distributed
+
+from .errors import PROG, BenchmarkError
+from .launch import discover_launch_env
+from .table import emit
+
+
+@contextlib.contextmanager
+def deadline(seconds, message):
+    """Ends the process with one error line, exit 1, if the block still runs after `seconds`.
+
+    A rank blocked in a rendezvous or a collective cannot be interrupted from Python; it can
+    only be abandoned, and a benchmark that waits forever costs a cluster reservation.
+    """
+    def expire():
+        emit(sys.stderr, f"{PROG}: error: {message}")
+        os._exit(1)
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+STOP_SIGNALS = {signal.SIGINT: 130, signal.SIGTERM: 143}
+# Held while a record is written: a stop waits for it, so no file is left half-written.
+RESULTS_LOCK = threading.Lock()
+
+
+def guard_stop_signals():
+    """SIGINT and SIGTERM stop the run at once, even while the main thread is blocked inside a
+    collective (where Python runs no handler): the signal's number reaches a watcher thread
+    through Python's wakeup fd; it finishes any record being written, says so, and exits 130
+    or 143. Every size measured before is already on disk."""
+    global _STOP_SOCKETS
+    _STOP_SOCKETS = reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    for number in STOP_SIGNALS:
+        signal.signal(number, lambda *_: None)  # the watcher acts; the main thread need not
+
+    def wait_for_stop():
+        while True:
+            number = reader.recv(1)[0]
+            if number in STOP_SIGNALS:
+                break
+        RESULTS_LOCK.acquire(timeout=5)
+        if rank_for_messages() == 0:
+            emit(sys.stderr, f"{PROG}: stopped by {signal.Signals(number).name}; the sizes "
+                             "measured so far are in the table and the results file")
+        os._exit(STOP_SIGNALS[number])
+    threading.Thread(target=wait_for_stop, name="commbench-stop", daemon=True).start()
+
+
+def rank_for_messages(exact=False):
+    try:
+        return discover_launch_env().rank
+    except BenchmarkError:
+        return "?" if exact else 0
+
+
+PEER_FAILURES = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+                 "timed out", "Timed out")
+
+
+def peer_failure(error):
+    """A collective failed because another rank went away or went silent."""
+    dist_error = getattr(torch.distributed, "DistError", ())
+    return isinstance(error, dist_error) or any(text in str(error) for text in PEER_FAILURES)

@@ -1,0 +1,217 @@
+"""Running an op: for each message size, buffers, timing, --check, the row and the record;
+the run's start (process group and results file) and end; and the entry point every script
+hands its run function to."""
+
+import platform
+import sys
+import time
+
+import torch
+
+from .check import count_wrong
+from .cli import benchmark_parser
+from .collective import get_bw
+from .comm import init_comm, teardown
+from .errors import PROG, BenchmarkError
+from .guard import RESULTS_LOCK, deadline, guard_stop_signals, peer_failure, rank_for_messages
+from .memory import MemoryMeter
+from .sizes import allocate, plan_single_size, scan_numels
+from .table import duration_text, emit, note, print_header, print_row
+from .timing import STATS, summarize, time_op
+
+
+def init_processes(local_rank, args, ops=None):
+    """The Comm of this run (comm.init_comm), with rank 0's results file open when --output
+    asks for one. `ops` names the ops this run will measure, for the results file."""
+    comm = init_comm(local_rank, args)
+    if args.output:
+        comm.results = _open_results(args, comm, ops or [])
+    return comm
+
+
+def _open_results(args, comm, ops):
+    """Rank 0 opens the results file before anything is measured; every rank learns whether
+    that worked, so that none goes on to measure alone."""
+    from . import results  # only runs that write one pay for it
+    writer, failure = None, None
+    if comm.rank == 0:
+        try:
+            path = results.free_path(args.output, args.overwrite)
+            writer = results.open_writer(path, run_meta(args, comm, ops))
+            if path != args.output:
+                note(comm, f"{args.output} exists; writing {path} (--overwrite replaces it)")
+        except results.ResultsError as error:
+            failure = str(error)
+    if comm.any_rank(failure is not None):
+        raise BenchmarkError(failure or "rank 0 cannot write the results file")
+    return writer
+
+
+def run_meta(args, comm, ops):
+    """The meta record of a results file: what was run, where, with what."""
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    if "deepspeed" in sys.modules:
+        versions["deepspeed"] = sys.modules["deepspeed"].__version__
+    return {
+        "ops": list(ops), "dist": comm.name, "backend": comm.backend, "device": comm.device.type,
+        "dtype": args.dtype, "world_size": comm.world_size, "hostnames": comm.hostnames,
+        "versions": versions, "trials": args.trials, "warmups": args.warmups,
+        "async_op": args.async_op, "scan": args.scan, "maxsize": args.maxsize,
+        "mem_factor": args.mem_factor, "bw_unit": args.bw_unit, "check": args.check,
+        "time_budget": args.time_budget,
+        "stats": args.stats, "command": [sys.executable] + sys.argv,
+        "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def finish(comm):
+    """End of a run: close the results file; wrong elements found by --check fail the run."""
+    if comm.results is not None:
+        comm.results.close()
+        comm.results = None
+    if comm.failures:
+        more = f" (and {len(comm.failures) - 1} more)" if len(comm.failures) > 1 else ""
+        raise BenchmarkError(f"--check found wrong elements: {comm.failures[0]}{more}")
+
+
+def timed_collective(collective, input, output, args, comm, meter=None):
+    """Time one message size, check it with --check, print its row and record it.
+
+    meter: the MemoryMeter started before the buffers were allocated, for the record's
+    memory figure. Returns the record written to the results file (bytes, seconds, bytes/s).
+    """
+    call = collective.bind(comm, input, output, args.async_op)
+    timing = time_op(call, args, comm)
+    wrong = None
+    if args.check:
+        wrong = comm.sum_over_ranks(count_wrong(collective, call, input, output, args, comm))
+    used = meter.peak() if meter is not None else None
+    mine = [timing.mean, timing.count, -1 if used is None else used]
+    if args.stats:
+        mine += [summarize(timing.trials)[k] for k in STATS] + [timing.late]
+    per_rank = comm.gather_figures(mine)
+
+    n, size, numel = comm.world_size, input.element_size() * input.nelement(), input.nelement()
+    tput, busbw = get_bw(collective, size, timing.mean, n, "GBps")
+    record = {"op": collective.name, "world_size": n, "size_bytes": size, "numel": numel,
+              "element_size": input.element_size(), "trials": timing.count,
+              "trials_per_rank": [int(figures[1]) for figures in per_rank],
+              "duration_s": timing.mean, "throughput_Bps": tput, "busbw_Bps": busbw,
+              "durations_per_rank_s": [figures[0] for figures in per_rank], "wrong": wrong,
+              "memory_used_per_rank_bytes": [None if figures[2] < 0 else int(figures[2])
+                                             for figures in per_rank]}
+    extra = [str(timing.count)] if args.time_budget else []
+    if args.stats:
+        record["stats"] = dict(zip(STATS, per_rank[0][3:]))
+        record["stats_per_rank"] = [dict(zip(STATS + ("late_s",), figures[3:]))
+                                    for figures in per_rank]
+        # The straggler is the rank the others wait for: in a collective every rank's trials
+        # end together, so the one that is slowest is the one that comes latest to each call.
+        slowest = max(range(n), key=lambda r: per_rank[r][-1])
+        record["slowest_rank"] = slowest
+        extra = [duration_text(args, record["stats"]["median_s"]),
+                 duration_text(args, record["stats"]["p99_s"]), str(slowest)]
+    if args.check:
+        extra.append(str(wrong))
+        if wrong:
+            comm.failures.append(f"{collective.name} at {size} bytes per rank: {wrong} wrong "
+                                 f"element{'s' if wrong > 1 else ''}")
+    scale = 8 if args.bw_unit == "Gbps" else 1
+    print_row(args, comm, size, f"{numel}x{input.element_size()}", timing.mean, tput * scale,
+              busbw * scale, extra)
+    if comm.results is not None:
+        with RESULTS_LOCK:
+            comm.results.add(record)
+    if args.debug and collective.debug is not None:
+        emit(sys.stderr, f"{PROG}: [rank {comm.rank}] {collective.debug(comm, input, output)}")
+    return record
+
+
+def _progress(comm, op_name, total):
+    """A progress bar over the sizes of an op, on rank 0 when stderr is a terminal; else None."""
+    if comm.rank != 0 or total < 2 or not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=op_name, unit="size", leave=False, file=sys.stderr)
+
+
+def run_collective(collective, args, comm):
+    """The header, then one row per message size: a scan, or the largest size that fits."""
+    if comm.world_size < collective.min_world_size:
+        raise BenchmarkError(f"{collective.name} needs at least {collective.min_world_size} ranks, "
+                             f"this world has {comm.world_size}; launch it with e.g. "
+                             f"torchrun --nproc_per_node {collective.min_world_size}")
+    if args.scan:
+        numels = scan_numels(comm.world_size, args.maxsize)
+    else:
+        numel, plan = plan_single_size(collective, args, comm)
+        note(comm, plan)
+        numels = [numel]
+    print_header(args, collective.name, collective.shown_world_size or comm.world_size, comm)
+    records, bar = [], _progress(comm, collective.name, len(numels))
+    for numel in numels:
+        where = f"rank {comm.rank}: {collective.name} at {numel} elements of {args.dtype} per rank"
+        with deadline(args.timeout, f"{where} did not finish within {args.timeout:g} s; a peer "
+                                    "rank likely died or is stuck (see its log)"):
+            try:
+                meter = MemoryMeter(comm)
+                buffers = allocate(collective, numel, args, comm)
+                if buffers is None:
+                    break
+                if bar is not None:
+                    bar.clear()  # the row goes where the bar was; the bar is redrawn below it
+                records.append(timed_collective(collective, *buffers, args, comm, meter=meter))
+            except RuntimeError as error:  # DistError is a RuntimeError: a peer failed, mostly
+                reason = str(error).strip().splitlines()[0][:300] if str(error).strip() else \
+                    type(error).__name__
+                raise BenchmarkError(f"{where} failed: {reason}", rank_local=True) from None
+            del buffers
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return records
+
+
+def run_op(collective, local_rank, args, comm=None):
+    """What `run_<op>(local_rank, args)` does: run one op in the given Comm, or in one of its
+    own (then the run ends here: results closed, --check failures raised)."""
+    if comm is not None:
+        return run_collective(collective, args, comm)
+    comm = init_processes(local_rank, args, ops=[collective.name])
+    records = run_collective(collective, args, comm)
+    finish(comm)
+    return records
+
+
+
+
+def cli(run, argv=None):
+    """Parse the command line, call `run(local_rank, args)`, and turn expected failures into one
+    line on stderr (from rank 0 when every rank fails alike) and an exit status."""
+    status = 0
+    guard_stop_signals()
+    try:
+        args = benchmark_parser().parse_args(argv)
+        run(args.local_rank, args)
+    except RuntimeError as error:
+        if not peer_failure(error):
+            raise  # unexpected: keep the traceback
+        status = 1
+        first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+        emit(sys.stderr, f"{PROG}: error: rank {rank_for_messages(True)}: lost its peers between "
+                         f"measurements: {first}")
+    except BenchmarkError as error:
+        status = error.exit_code
+        if error.rank_local or rank_for_messages() == 0:
+            emit(sys.stderr, f"{PROG}: error: {error}")
+        else:
+            # Every rank failed alike and rank 0 says why; launchers kill the whole job when the
+            # first rank exits, so the others give rank 0 a moment to be heard.
+            time.sleep(1)
+    finally:
+        teardown()
+    sys.exit(status)

@@ -1,0 +1,188 @@
+"""Where this rank stands, from its launcher: rank, local rank and world size from the
+environment of torchrun/deepspeed, Open MPI, MPICH/Intel MPI, MVAPICH or Slurm (SPEC §7),
+Slurm's node lists, and the MASTER_ADDR and MASTER_PORT every rank meets at."""
+
+import os
+import re
+import socket
+from dataclasses import dataclass
+
+import constants
+
+from .errors import BenchmarkError, UsageError
+
+LAUNCHER_ENVIRONMENTS = (
+    ("torchrun/deepspeed", "RANK", "LOCAL_RANK", ("WORLD_SIZE",)),
+    ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", ("OMPI_COMM_WORLD_SIZE",)),
+    ("MPICH/Intel MPI", "PMI_RANK", "MPI_LOCALRANKID", ("PMI_SIZE",)),
+    ("MVAPICH", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_RANK", ("MV2_COMM_WORLD_SIZE",)),
+    ("Slurm", "SLURM_PROCID", "SLURM_LOCALID", ("SLURM_NTASKS", "SLURM_NPROCS")),
+)
+
+# Variables that say how many ranks share this host, when a launcher sets one.
+LOCAL_WORLD_SIZE_VARIABLES = ("LOCAL_WORLD_SIZE", "LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                              "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE")
+
+
+@dataclass(frozen=True)
+class LaunchEnv:
+    launcher: str
+    rank: int
+    local_rank: int
+    world_size: int
+
+
+def _env_int(environ, name, minimum=0):
+    text = environ[name].strip()
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"launcher environment: {name}={environ[name]!r} is not an integer") from None
+    if value < minimum:
+        raise UsageError(f"launcher environment: {name}={value} must be >= {minimum}")
+    return value
+
+
+def discover_launch_env(environ=None, local_rank_arg=None):
+    """Rank, local rank and world size from the first launcher environment found.
+
+    None found: a world of one. A partial or contradictory set is a UsageError.
+    """
+    environ = os.environ if environ is None else environ
+    for launcher, rank_var, local_var, size_vars in LAUNCHER_ENVIRONMENTS:
+        present = [v for v in (rank_var, local_var) + size_vars if v in environ]
+        if not present:
+            continue
+        size_var = next((v for v in size_vars if v in environ), None)
+        if rank_var not in environ or size_var is None:
+            missing = rank_var if rank_var not in environ else " or ".join(size_vars)
+            raise UsageError(f"incomplete {launcher} environment: {', '.join(present)} set but "
+                             f"{missing} missing; launch with the launcher or set all of them")
+        rank = _env_int(environ, rank_var)
+        world_size = _env_int(environ, size_var, minimum=1)
+        if local_var in environ:
+            local_rank = _env_int(environ, local_var)
+        elif local_rank_arg is not None:
+            local_rank = local_rank_arg
+        else:
+            raise UsageError(f"incomplete {launcher} environment: {local_var} missing "
+                             "(or pass --local_rank)")
+        if local_rank_arg is not None and local_rank_arg != local_rank:
+            raise UsageError(f"--local_rank={local_rank_arg} contradicts {local_var}={local_rank}")
+        if rank >= world_size:
+            raise UsageError(f"launcher environment: {rank_var}={rank} is not below "
+                             f"{size_var}={world_size}")
+        if local_rank >= world_size:
+            raise UsageError(f"launcher environment: {local_var}={local_rank} is not below "
+                             f"{size_var}={world_size}")
+        local_size_var = next((v for v in LOCAL_WORLD_SIZE_VARIABLES if v in environ), None)
+        if local_size_var and local_rank >= _env_int(environ, local_size_var, minimum=1):
+            raise UsageError(f"launcher environment: {local_var}={local_rank} is not below "
+                             f"{local_size_var}={environ[local_size_var]}")
+        return LaunchEnv(launcher, rank, local_rank, world_size)
+    if local_rank_arg not in (None, 0):
+        raise UsageError(f"--local_rank={local_rank_arg} given but no launcher environment "
+                         "(RANK, WORLD_SIZE) found")
+    return LaunchEnv("none", 0, 0, 1)
+
+
+def expand_nodelist(nodelist):
+    """Slurm's compressed host list (`node[03-05,07],gpu1`) as a list of host names."""
+    hosts, item, depth = [], "", 0
+    for ch in nodelist + ",":
+        if ch == "," and depth == 0:
+            if item:
+                hosts.extend(_expand_host(item))
+            item = ""
+            continue
+        depth += ch == "["
+        depth -= ch == "]"
+        item += ch
+    return hosts
+
+
+def _expand_host(item):
+    if "[" not in item:
+        return [item]
+    prefix, rest = item.split("[", 1)
+    ranges, suffix = rest.split("]", 1)
+    names = []
+    for part in ranges.split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise UsageError(f"cannot read Slurm node list entry '{item}'; set MASTER_ADDR")
+        for number in range(int(lo), int(hi or lo) + 1):
+            names.extend(_expand_host(f"{prefix}{number:0{len(lo)}d}{suffix}"))
+    return names
+
+
+def _all_ranks_on_this_host(environ, launch):
+    if launch.world_size == 1:
+        return True
+    for name in LOCAL_WORLD_SIZE_VARIABLES:
+        if name in environ:
+            return _env_int(environ, name, minimum=1) == launch.world_size
+    if launch.launcher == "Slurm":
+        nodes = environ.get("SLURM_STEP_NUM_NODES") or environ.get("SLURM_JOB_NUM_NODES") \
+            or environ.get("SLURM_NNODES")
+        return nodes is not None and nodes.strip() == "1"
+    return False
+
+
+def _own_address():
+    """This host's address as other hosts reach it, from the standard library alone."""
+    host = socket.getfqdn()
+    try:
+        infos = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
+    except socket.gaierror:
+        infos = []
+    addresses = [info[4][0] for info in infos]
+    routable = [a for a in addresses if not a.startswith("127.")]
+    return (routable or addresses or ["127.0.0.1"])[0]
+
+
+def check_master_address(address, rank):
+    """`address` as torch wants it, checked to be a host name or an address that resolves: a bad
+    one would otherwise keep every rank retrying it until --timeout."""
+    if address.startswith("[") and address.endswith("]"):
+        address = address[1:-1]  # an IPv6 literal as URLs write it; torch wants it bare
+    if not re.fullmatch(r"[A-Za-z0-9._:%\-]+", address):
+        raise UsageError(f"MASTER_ADDR={address!r} is not a host name or an IP address")
+    try:
+        socket.getaddrinfo(address, None)
+    except (OSError, UnicodeError) as error:
+        raise BenchmarkError(f"rank {rank}: MASTER_ADDR {address} does not resolve "
+                             f"({getattr(error, 'strerror', None) or error}); set it to rank 0's "
+                             "host name or IP address", rank_local=True) from None
+    return address
+
+
+def master_address(environ, launch):
+    """MASTER_ADDR per SPEC §7: kept, loopback, Slurm's first host, or rank 0's via mpi4py."""
+    if environ.get("MASTER_ADDR"):
+        return environ["MASTER_ADDR"]
+    if _all_ranks_on_this_host(environ, launch):
+        return "127.0.0.1"
+    nodelist = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST") \
+        or environ.get("SLURM_NODELIST")
+    if launch.launcher == "Slurm" and nodelist:
+        return expand_nodelist(nodelist)[0]
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        raise BenchmarkError("ranks span several hosts and MASTER_ADDR is not set: install mpi4py "
+                             "(pip install mpi4py) or export MASTER_ADDR=<address of rank 0>") from None
+    return MPI.COMM_WORLD.bcast(_own_address() if launch.rank == 0 else None, root=0)
+
+
+def master_port(environ):
+    text = environ.get("MASTER_PORT") or str(constants.TORCH_DISTRIBUTED_DEFAULT_PORT)
+    try:
+        port = int(text)
+    except ValueError:
+        raise UsageError(f"MASTER_PORT={text!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise UsageError(f"MASTER_PORT={port} is not a port number (1-65535)")
+    return port
+
+

@@ -1,0 +1,52 @@
+"""`report.py plot`: bus bandwidth and latency against message size, one line per run.
+matplotlib is imported only here, when a plot is asked for."""
+
+from .runs import OPS, ReportError
+
+
+def _byte_label(value, _position=None):
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:g} {unit}"
+        value /= 1024
+
+
+def plot(runs, output):
+    """One figure: a row per op, bus bandwidth vs size (log2 x) beside latency vs size
+    (log-log), one line per run. Returns the matplotlib Figure (saved to `output`)."""
+    import matplotlib
+    matplotlib.use("Agg")  # headless: no display needed
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    ops = [op for op in OPS if any(op in run.ops for run in runs)]
+    ops += sorted({op for run in runs for op in run.ops} - set(ops))
+    if not ops:
+        raise ReportError("nothing to plot: the runs hold no measurements")
+    figure, axes = plt.subplots(len(ops), 2, figsize=(12, 3.4 * len(ops)), squeeze=False)
+    for (bandwidth, latency), op in zip(axes, ops):
+        for run in runs:
+            data = run.ops.get(op)
+            if not data:
+                continue
+            sizes = sorted(data)
+            bandwidth.plot(sizes, [data[s].busbw / 1e9 for s in sizes], marker=".",
+                           label=run.label)
+            latency.plot(sizes, [data[s].duration * 1e6 for s in sizes], marker=".",
+                         label=run.label)
+        bandwidth.set_xscale("log", base=2)
+        latency.set_xscale("log", base=2)
+        latency.set_yscale("log")
+        for axis, what in ((bandwidth, "bus bandwidth (GB/s)"), (latency, "latency (us)")):
+            axis.xaxis.set_major_formatter(FuncFormatter(_byte_label))
+            axis.set_xlabel("message size per rank")
+            axis.set_ylabel(what)
+            axis.set_title(f"{op}: {what.split(' (')[0]}")
+            axis.grid(True, which="major", alpha=0.3)
+            axis.legend(fontsize="small")
+    figure.tight_layout()
+    try:
+        figure.savefig(output)
+    except (OSError, ValueError) as error:
+        raise ReportError(f"cannot write {output}: {error}") from None
+    return figure

@@ -1,0 +1,144 @@
+"""Runs read back for reports: the suite's results files, its saved tables (a tee'd stdout,
+--raw or not, several ops in one file) and nccl-tests text output, as one `Run` each.
+Standard library only."""
+
+import os
+import re
+from dataclasses import dataclass, field
+
+import constants
+
+from .. import results
+
+OPS = constants.OPS  # report order: the suite's own ops first, others after
+
+
+class ReportError(Exception):
+    """A file that cannot be read or understood: one line, exit 1."""
+
+
+@dataclass
+class Measurement:
+    size: int  # bytes per rank, as the suite's Size column
+    duration: float  # seconds
+    busbw: float  # bytes per second
+
+
+@dataclass
+class Run:
+    path: str
+    label: str
+    world_size: object = None
+    dtype: object = None
+    ops: dict = field(default_factory=dict)  # op -> {size: Measurement}
+
+
+
+def load_run(path):
+    """Any of the formats above, recognised by extension or content."""
+    try:
+        with open(path, errors="replace") as handle:
+            text = handle.read()
+    except OSError as error:
+        raise ReportError(f"cannot read {path}: {error.strerror}") from None
+    try:
+        kind = results.output_format(path)
+    except results.ResultsError:
+        kind = None
+    if kind:
+        return _from_results(path)
+    if "---- Performance of" in text:
+        return _from_table(path, text)
+    if re.search(r"^\s*#\s*size\s+count\s+type", text, re.M) or "nccl-tests" in text.lower():
+        return _from_nccl_tests(path, text)
+    raise ReportError(f"{path}: neither a results file, a saved table of this suite, nor "
+                      "nccl-tests output")
+
+
+def _label(meta, path):
+    if meta.get("dist"):
+        layer = "deepspeed.comm" if meta["dist"] == "deepspeed" else "torch.distributed"
+        return f"{layer} {meta.get('backend', '')} n={meta.get('world_size', '?')}".strip()
+    return os.path.basename(path)
+
+
+def _from_results(path):
+    try:
+        meta, records = results.read(path)
+    except (ValueError, KeyError) as error:
+        raise ReportError(f"{path}: not a readable results file ({error})") from None
+    world_sizes = {r["world_size"] for r in records}
+    dtypes = {r.get("dtype") or meta.get("dtype") for r in records}
+    run = Run(path, _label(meta or (records[0] if records else {}), path),
+              world_sizes.pop() if len(world_sizes) == 1 else None,
+              dtypes.pop() if len(dtypes) == 1 else None)
+    for r in records:
+        run.ops.setdefault(r["op"], {})[r["size_bytes"]] = Measurement(
+            r["size_bytes"], r["duration_s"], r["busbw_Bps"])
+    return run
+
+
+HEADER = re.compile(r"^---- Performance of (\w+) on (\d+) devices")
+
+
+def _from_table(path, text):
+    """Saved stdout: sizes from the Description (exact E x element size), durations and busbw
+    converted back to seconds and bytes/s from the header's units."""
+    run, op, raw, scale, world = Run(path, os.path.basename(path)), None, False, 8, set()
+    for line in text.splitlines():
+        header = HEADER.match(line)
+        if header:
+            op = header.group(1)
+            if op != "pt2pt":  # pt2pt's header always says 2 devices
+                world.add(int(header.group(2)))
+            continue
+        if line.startswith("Size (Bytes)"):
+            raw = "Duration (us)" in line
+            scale = 8 if "(Gbps)" in line else 1
+            continue
+        fields = line.split()
+        if op is None or len(fields) < 5 or not re.fullmatch(r"\d+x\d+", fields[1 if raw else 2]):
+            continue
+        if raw:
+            description, duration, busbw = fields[1], float(fields[2]) * 1e-6, float(fields[4])
+        else:
+            description = fields[2]
+            value, unit = float(fields[3]), fields[4]
+            duration = value * (1e-3 if unit == "ms" else 1e-6)
+            busbw = float(fields[6])
+        numel, element_size = map(int, description.split("x"))
+        size = numel * element_size
+        run.ops.setdefault(op, {})[size] = Measurement(size, duration, busbw * 1e9 / scale)
+    run.world_size = world.pop() if len(world) == 1 else None
+    if not run.ops:
+        raise ReportError(f"{path}: no table rows found")
+    return run
+
+
+def _from_nccl_tests(path, text):
+    """nccl-tests: `size count type redop root time algbw busbw #wrong` out-of-place, then the
+    same in place; `#` lines are comments. The op comes from the file or its name."""
+    named = re.search(r"(all_reduce|all_gather|alltoall|all_to_all|reduce_scatter|broadcast|"
+                      r"sendrecv)", text + " " + os.path.basename(path))
+    if not named:
+        raise ReportError(f"{path}: nccl-tests output, but which collective? name the file "
+                          "after it (e.g. all_reduce_perf.txt)")
+    op = {"alltoall": "all_to_all", "sendrecv": "pt2pt"}.get(named.group(1), named.group(1))
+    ranks = len(re.findall(r"^#\s+Rank\s+\d+", text, re.M)) or None
+    run = Run(path, f"nccl-tests n={ranks or '?'}", ranks)
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields or line.lstrip().startswith("#") or not fields[0].isdigit():
+            continue
+        try:
+            size, dtype = int(fields[0]), fields[2]
+            time_us, busbw_gbs = float(fields[5]), float(fields[7])
+        except (IndexError, ValueError):
+            continue
+        run.dtype = dtype
+        if op == "all_gather" and ranks:
+            size //= ranks  # nccl-tests counts the gathered output; the suite the input per rank
+        run.ops.setdefault(op, {})[size] = Measurement(size, time_us * 1e-6, busbw_gbs * 1e9)
+    if not run.ops:
+        raise ReportError(f"{path}: no nccl-tests data rows found")
+    return run

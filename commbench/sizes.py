@@ -1,0 +1,154 @@
+"""Which message sizes an op runs: the scan (SPEC §4), the single size that fits, and the
+buffers of one size, allocated only when every rank has the room."""
+
+import math
+
+import torch
+
+import constants
+
+from .check import CHECK_RESERVE
+from .collective import GATHERED, SPLIT, WHOLE
+from .dtypes import get_dtype
+from .errors import BenchmarkError
+from .memory import free_device_memory, per_rank_memory, rank_memory_now
+from .table import note
+
+
+def scan_numels(world_size, maxsize):
+    """Per-rank element counts of a scan: n * 2^p for p = 1 .. maxsize - 1."""
+    return [world_size * 2 ** p for p in range(1, maxsize)]
+
+
+def buffer_multiples(collective, numel, comm):
+    """[(what, bytes per byte of input)]: every buffer of one size as a multiple of the input."""
+    n = comm.world_size
+    parts = [("input", 1.0)]
+    if collective.output_numel is not None:
+        parts.append(("output", collective.output_numel(numel, n) / numel))
+    if collective.staging is not None and not comm.on_accelerator:
+        parts.append((f"{comm.backend} staging copy", collective.staging(n)))
+    return parts
+
+
+def footprint(collective, numel, element_size, args, comm):
+    """(bytes, parts, reserve): what one size takes per rank: its buffers and the backend's
+    staging copy (parts: [(what, multiple of the input)]), plus the fixed reserves. The
+    multiples do not depend on E, so bytes = E x element size x their sum + reserve."""
+    parts = buffer_multiples(collective, max(numel, comm.world_size), comm)
+    reserve = constants.BACKEND_MEMORY_RESERVE + (CHECK_RESERVE if args.check else 0)
+    multiple = sum(share for _, share in parts)
+    return int(numel * element_size * multiple) + reserve, parts, reserve
+
+
+def _power_of_two_below(x):
+    return 2 ** math.floor(math.log2(x)) if x >= 1 else 0
+
+
+def _round_numel(collective, elements, n):
+    """SPEC §4's E from a budget of `elements` (all_gather's budget covers its n-fold output)."""
+    if collective.size_rule == WHOLE:
+        return int(elements)
+    power = _power_of_two_below(elements / n)
+    return power * (n if collective.size_rule == SPLIT else 1)
+
+
+def _fitting_numel(collective, elements, n):
+    """The largest E of the op's form (any, a power of two, n x a power of two) <= elements."""
+    if collective.size_rule == WHOLE:
+        return int(elements)
+    if collective.size_rule == GATHERED:
+        return _power_of_two_below(elements)
+    return n * _power_of_two_below(elements / n)
+
+
+def plan_single_size(collective, args, comm):
+    """(E, plan line) of a single-size run.
+
+    E follows SPEC §4 from the per-rank memory and --mem-factor (the original's rule), and is
+    then capped so that everything the op allocates per rank fits in the usable memory: the
+    input, the output (all_gather's is n-fold), the copy a CPU backend stages the data
+    through (gloo: all_gather's n-fold output, reduce_scatter's input; measured by
+    benchmarks/memory.py), the backend's fixed buffers, and the --check working set. The
+    usable memory is 90% of the planned-on memory on CPU, 90% of the free memory on a device.
+    """
+    memory, source = per_rank_memory(comm)
+    usable = int(comm.min_over_ranks(free_device_memory(comm, memory))
+                 * constants.USABLE_MEMORY_FRACTION)
+    element_size = get_dtype(args.dtype).itemsize
+    n = comm.world_size
+    if collective.size_rule == WHOLE:
+        factor = 2 * args.mem_factor  # no output buffer, so twice the share
+    elif collective.size_rule == GATHERED and comm.one_tensor_all_gather:
+        factor = args.mem_factor + constants.ALL_GATHER_ONE_TENSOR_EXTRA_FACTOR
+    else:
+        factor = args.mem_factor
+    budget = memory * factor
+    numel = _round_numel(collective, budget / element_size, n)
+    need, parts, reserve = footprint(collective, numel, element_size, args, comm)
+    line = (f"{collective.name}: per-rank memory {memory} B ({source}); SPEC rule: {memory} B x "
+            f"{factor:g} = {int(budget)} B -> {numel} elements of {element_size} B; buffers "
+            f"({' + '.join(f'{what} {share:g}' for what, share in parts)}) x "
+            f"{numel * element_size} B + {reserve} B reserve = {need} B, ")
+    share = f"{constants.USABLE_MEMORY_FRACTION:.0%}"
+    if need > usable:
+        multiple = sum(part for _, part in parts)
+        numel = _fitting_numel(collective, max(0, usable - reserve) / element_size / multiple, n)
+        line += f"over the {usable} B usable ({share}), so capped; "
+        if numel < 1:
+            raise BenchmarkError(f"{collective.name}: a rank has {usable} B usable ({source}), "
+                                 f"less than its smallest message takes ({reserve} B of reserves "
+                                 "and buffers); free memory or use fewer ranks per host")
+    else:
+        line += f"within the {usable} B usable ({share}); "
+    if numel < 1:
+        raise BenchmarkError(f"{collective.name}: --mem-factor {args.mem_factor} of {memory} B per "
+                             f"rank ({source}) leaves no room for one element per rank; raise "
+                             "--mem-factor or free memory")
+    planned = footprint(collective, numel, element_size, args, comm)[0]
+    return numel, line + f"planned: {numel} elements, {planned} B"
+
+
+def _is_out_of_memory(error):
+    text = str(error).lower()
+    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in text \
+        or "can't allocate memory" in text
+
+
+def allocate(collective, numel, args, comm):
+    """(input, output) for one size, or None on every rank when any rank lacks the memory.
+
+    Before allocating, each rank compares what the size takes (footprint: buffers, the
+    backend's staging copy, reserves) with the memory it has now: on CPU an allocation that
+    succeeds can still end in the OOM killer once its pages are touched, so a scan stops
+    before that, as it stops when an allocation fails. The input is an n x (E/n) tensor filled
+    with the rank id, flattened (as the original).
+    """
+    dtype = get_dtype(args.dtype)
+    need = footprint(collective, numel, dtype.itemsize, args, comm)[0]
+    room, buffers = rank_memory_now(comm), None
+    if need <= room:
+        try:
+            rows = comm.world_size if numel % comm.world_size == 0 else 1
+            input = torch.ones(rows, numel // rows, dtype=dtype, device=comm.device)
+            input = input.mul_(comm.rank).view(-1)
+            output = None
+            if collective.output_numel is not None:
+                output = torch.zeros(collective.output_numel(numel, comm.world_size),
+                                     dtype=dtype, device=comm.device)
+            buffers = (input, output)
+        except (RuntimeError, MemoryError) as error:
+            if not isinstance(error, MemoryError) and not _is_out_of_memory(error):
+                raise
+            room = -1
+    room = comm.min_over_ranks(room)  # one agreement: every rank goes on, or none does
+    if room < 0:
+        note(comm, f"WARNING: {collective.name}: out of memory at {numel} elements of {args.dtype} "
+                   "per rank; stopping this op here (lower --mem-factor or --maxsize)")
+        return None
+    if room < need:
+        note(comm, f"WARNING: {collective.name}: {numel} elements of {args.dtype} per rank take "
+                   f"{need} B with the backend's copies, more than the {room} B a rank has "
+                   "free; stopping this op here (lower --mem-factor or --maxsize)")
+        return None
+    return buffers

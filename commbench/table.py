@@ -1,0 +1,88 @@
+"""What rank 0 prints: the table on stdout (SPEC §6: header, rows, units) and notes on stderr.
+
+Every line goes out in one write, so lines of ranks that share a pipe never interleave.
+"""
+
+import sys
+
+from .errors import PROG
+
+
+def emit(stream, line):
+    """One line in one write, so that lines of several ranks sharing a pipe never interleave."""
+    stream.write(line + "\n")
+    stream.flush()
+
+
+def print_rank_0(comm, message):
+    if comm.rank == 0:
+        emit(sys.stdout, message)
+
+
+def note(comm, message):
+    """A diagnostic on stderr, from rank 0."""
+    if comm.rank == 0:
+        emit(sys.stderr, f"{PROG}: {message}")
+
+
+def convert_size(size_bytes):
+    """1024-based human size as the original prints it: 8.0 B, 32.0 KB, 1.5 MB."""
+    if size_bytes == 0:
+        return "0B"
+    names = ("B", "KB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB")
+    index = 0
+    while size_bytes >= 1024 ** (index + 1) and index < len(names) - 1:
+        index += 1
+    return f"{round(size_bytes / 1024 ** index, 2)} {names[index]}"
+
+
+def get_metric_strings(args, tput, busbw, duration):
+    duration_us = duration * 1e6
+    if args.raw:
+        duration_text = f"{duration_us:.3f}"
+    elif duration_us < 1e3:
+        duration_text = f"{duration_us:.3f} us"
+    else:
+        duration_text = f"{duration * 1e3:.3f} ms"
+    return f"{tput / 1e9:.3f}", f"{busbw / 1e9:.3f}", duration_text
+
+
+def _extra_columns(args):
+    """(title, width) of the columns after BusBW: --time-budget's trial count, --stats
+    figures, then --check's Wrong."""
+    unit = " (us)" if args.raw else ""
+    columns = [("Trials", 10)] if args.time_budget else []
+    if args.stats:
+        columns += [(f"Median{unit}", 20), (f"P99{unit}", 20), ("Slowest", 10)]
+    if args.check:
+        columns.append(("Wrong", 10))
+    return columns
+
+
+def header_text(args, op_name, world_size):
+    """A blank line, the op's title line, the column line and a line of dashes."""
+    duration = "Duration (us)" if args.raw else "Duration"
+    tput, busbw = f"Throughput ({args.bw_unit})", f"BusBW ({args.bw_unit})"
+    extra = "".join(f" {title:{width}s}" for title, width in _extra_columns(args))
+    return (f"\n---- Performance of {op_name} on {world_size} devices " + "-" * 57 + "\n"
+            f"{'Size (Bytes)':20s} {'Description':25s} {duration:20s} {tput:20s} "
+            f"{busbw:20s}{extra}\n" + "-" * 100)
+
+
+def print_header(args, op_name, world_size, comm):
+    print_rank_0(comm, header_text(args, op_name, world_size))
+
+
+def print_row(args, comm, size, description, duration, tput, busbw, extra=()):
+    """One row; `extra` holds the texts of the columns after BusBW, in _extra_columns order."""
+    tput_text, busbw_text, duration_text = get_metric_strings(args, tput, busbw, duration)
+    size_text = str(size) if args.raw else convert_size(size)
+    tail = "".join(f" {text:{width}s}" for text, (_, width) in zip(extra, _extra_columns(args)))
+    print_rank_0(comm, f"{size_text:<20} {description:25s} {duration_text:20s} "
+                       f"{tput_text:20s} {busbw_text:20s}{tail}")
+
+
+def duration_text(args, seconds):
+    return get_metric_strings(args, 0, 0, seconds)[2]
+
+

@@ -1,0 +1,174 @@
+"""The timing loop (SPEC §5): warmups, then trials back to back inside one timed window;
+device events on accelerators, the host clock on CPU; per-trial marks and statistics with
+--stats; the trial count with --time-budget."""
+
+import functools
+import math
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.distributed
+
+
+class _HostMarks:
+    """Host clock readings (CPU ranks)."""
+
+    def __init__(self, count, comm):
+        self._t = [0.0] * count
+
+    def mark(self, i):
+        self._t[i] = time.perf_counter()
+
+    def between(self, i, j):
+        return self._t[j] - self._t[i]
+
+
+class _EventMarks:
+    """Device timing events (accelerators): marks on the stream, read after a sync."""
+
+    def __init__(self, count, comm):
+        if comm.accelerator is not None:
+            make = functools.partial(comm.accelerator.Event, enable_timing=True)
+        else:
+            make = functools.partial(torch.Event, device=comm.device, enable_timing=True)
+        self._events, self._comm, self._synced = [make() for _ in range(count)], comm, False
+
+    def mark(self, i):
+        self._events[i].record()
+        self._synced = False
+
+    def between(self, i, j):
+        if not self._synced:
+            self._comm.synchronize()
+            self._synced = True
+        return self._events[i].elapsed_time(self._events[j]) / 1e3
+
+
+def _issue(call, count, async_op):
+    """Issue the op `count` times back to back; with async_op, wait on every handle at the end."""
+    if async_op:
+        works = [call() for _ in range(count)]
+        for work in works:
+            if work is not None:
+                work.wait()
+    else:
+        for _ in range(count):
+            call()
+
+
+def _issue_marked(call, count, async_op, marks, delay):
+    """As _issue, with marks around every trial (--stats): mark 2i-1 before trial i is called,
+    mark 2i after it returns. With async_op a trial is its launch; the final waits belong to
+    the last trial. `delay` (a test hook) sleeps before each trial, outside the op."""
+    works = []
+    for i in range(1, count + 1):
+        if delay:
+            time.sleep(delay)
+        marks.mark(2 * i - 1)
+        work = call()
+        if async_op:
+            works.append(work)
+        marks.mark(2 * i)
+    for work in works:
+        if work is not None:
+            work.wait()
+
+
+@dataclass
+class Timing:
+    mean: float  # seconds of one trial: the timed window / trials (SPEC §5)
+    count: int  # trials timed
+    trials: Optional[list] = None  # with --stats: seconds of each trial, end to end
+    late: float = 0.0  # with --stats: mean seconds between a trial's end and the next call
+
+
+DELAY_VARIABLE = "COMMBENCH_INJECT_DELAY"
+
+
+def _injected_delay(comm):
+    """Test hook: COMMBENCH_INJECT_DELAY=rank:seconds makes that rank late for every trial."""
+    target = os.environ.get(DELAY_VARIABLE, "")
+    rank, _, seconds = target.partition(":")
+    return float(seconds) if rank == str(comm.rank) else 0.0
+
+
+MIN_BUDGET_TRIALS = 5
+
+
+def trial_count(args, comm, pace):
+    """--trials, or with --time-budget the count that fills the budget at `pace` seconds a
+    trial (at least 5, at most --trials). Rank 0 decides and every rank uses its number: ranks
+    that disagreed on a loop count would leave one waiting in a collective forever."""
+    if args.time_budget is None:
+        return args.trials
+    wanted = args.time_budget / pace if pace > 0 else args.trials
+    count = torch.tensor([max(MIN_BUDGET_TRIALS, min(args.trials, int(wanted)))],
+                         dtype=torch.int64, device=comm.device)
+    torch.distributed.broadcast(count, 0)
+    return int(count.item())
+
+
+def _paced_warmups(call, count, async_op, comm):
+    """Issue the warmups one at a time, each waited for, and return the median seconds of one:
+    the pace --time-budget plans with. A median, because on a shared host one warmup in a few
+    meets a descheduled rank and takes 10x the others; a mean would halve the trials."""
+    seconds = []
+    for _ in range(count):
+        started = time.perf_counter()
+        work = call()
+        if async_op and work is not None:
+            work.wait()
+        comm.synchronize()
+        seconds.append(time.perf_counter() - started)
+    return statistics.median(seconds)
+
+
+def time_op(call, args, comm):
+    """Time the trials on this rank (trial_count of them), after `args.warmups` untimed ones."""
+    comm.sync_all()
+    pace = 0.0
+    if args.time_budget is not None:  # it needs a pace even without warmups: one call then
+        pace = _paced_warmups(call, args.warmups or 1, args.async_op, comm)
+    else:
+        _issue(call, args.warmups, args.async_op)
+    comm.sync_all()
+    count = trial_count(args, comm, pace)
+    marks = (_EventMarks if comm.on_accelerator else _HostMarks)(2 * count + 1 if args.stats else 2,
+                                                                 comm)
+    marks.mark(0)
+    if args.stats:
+        _issue_marked(call, count, args.async_op, marks, _injected_delay(comm))
+        marks.mark(2 * count)  # after the waits of async ops
+        trials = [marks.between(2 * i - 2, 2 * i) for i in range(1, count + 1)]
+        late = sum(marks.between(2 * i - 2, 2 * i - 1) for i in range(1, count + 1)) / count
+        return Timing(marks.between(0, 2 * count) / count, count, trials, late)
+    _issue(call, count, args.async_op)
+    marks.mark(1)
+    return Timing(marks.between(0, 1) / count, count)
+
+
+def percentile(ordered, q):
+    """The q-th percentile of an ascending list, interpolated linearly between neighbours."""
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+STATS = ("min_s", "median_s", "p99_s", "max_s", "cv")
+
+
+def summarize(durations):
+    """min, median, p99, max and coefficient of variation of one rank's trial durations."""
+    ordered = sorted(durations)
+    mean = sum(ordered) / len(ordered)
+    spread = math.sqrt(sum((d - mean) ** 2 for d in ordered) / len(ordered))
+    figures = (ordered[0], percentile(ordered, 50), percentile(ordered, 99), ordered[-1],
+               spread / mean if mean > 0 else 0.0)
+    return dict(zip(STATS, figures))
+
+
