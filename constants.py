@@ -20,7 +20,9 @@ BW_UNITS = ("Gbps", "GBps")
 DISTS = ("deepspeed", "torch")
 BACKENDS = ("nccl", "ccl", "mpi", "gloo", "xccl", "hccl")
 
-# The order in which run_all.py runs the ops, and the flag that selects each.
+# The registered ops: the order in which run_all.py runs them, and the flag that selects each
+# (--all-reduce, ...). An op is one script <op>.py at the top plus its name here
+# (docs/extending.md).
 OPS = ("all_reduce", "all_gather", "all_to_all", "reduce_scatter", "pt2pt", "broadcast")
 
 # --maxsize bounds: 2 gives one scan size (2 elements per row of the n x 2^p tensor);
@@ -32,9 +34,9 @@ MAX_MAXSIZE = 40
 # (no list of n output tensors to keep alive).
 ALL_GATHER_ONE_TENSOR_EXTRA_FACTOR = 0.2
 
-# Single-size memory plan (commbench.sizes.plan_single_size): the buffers an op allocates, the copies the
-# backend stages them through, and these reserves must fit in this fraction of the memory the
-# rank may plan on. The rest is left to the OS, the allocator and the process's own growth.
+# Single-size memory plan (commbench.sizes.plan_single_size): the buffers an op allocates, the
+# copies the backend stages them through, and these reserves must fit in this fraction of the
+# memory the rank may plan on. The rest is left to the OS, the allocator and the process's own growth.
 USABLE_MEMORY_FRACTION = 0.9
 # The backend's fixed working buffers (gloo's ring chunks: ~4 MiB measured at 2 and 3 ranks).
 BACKEND_MEMORY_RESERVE = 64 << 20

@@ -71,5 +71,3 @@ def _inject_fault(collective, comm, result):
     target = os.environ.get(FAULT_VARIABLE)
     if target and target == f"{collective.name}:{comm.rank}" and result.numel():
         result[0] += 1
-
-

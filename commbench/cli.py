@@ -74,7 +74,6 @@ def _device_type(text):
     return text
 
 
-
 def benchmark_parser():
     parser = _Parser(prog=os.path.basename(sys.argv[0]) or PROG,
                      description="Measure collective communication through deepspeed.comm "
@@ -127,5 +126,3 @@ def benchmark_parser():
                         help="seconds a rank waits for its peers (rendezvous, process group) "
                              "before it gives up with an error (default %(default)s)")
     return parser
-
-

@@ -79,9 +79,6 @@ def resolve_device_and_backend(args, ds_accelerator=None):
     return device, backend
 
 
-# --------------------------------------------------------------------------- the communication layer
-
-
 @dataclass
 class Comm:
     """The communication layer chosen once (torch.distributed or deepspeed.comm) and this
@@ -207,7 +204,6 @@ def _init_error(error, port, rank):
                               "build), or use --dist torch", rank_local=True)
     return BenchmarkError(f"rank {rank}: the process group did not start: {first}",
                           rank_local=True)
-
 
 
 def argument_digest(args):

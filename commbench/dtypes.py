@@ -31,7 +31,6 @@ def get_dtype(name):
     return dtype
 
 
-
 def check_dtype_for_backend(args, backend):
     """Refuse, before any rank connects, a dtype the backend cannot move."""
     if backend == "gloo" and get_dtype(args.dtype) not in GLOO_DTYPES:

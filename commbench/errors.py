@@ -22,5 +22,3 @@ class UsageError(BenchmarkError):
     """The command line or the launcher environment is wrong."""
 
     exit_code = 2
-
-

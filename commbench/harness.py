@@ -187,8 +187,6 @@ def run_op(collective, local_rank, args, comm=None):
     return records
 
 
-
-
 def cli(run, argv=None):
     """Parse the command line, call `run(local_rank, args)`, and turn expected failures into one
     line on stderr (from rank 0 when every rank fails alike) and an exit status."""

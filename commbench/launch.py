@@ -184,5 +184,3 @@ def master_port(environ):
     if not 1 <= port <= 65535:
         raise UsageError(f"MASTER_PORT={port} is not a port number (1-65535)")
     return port
-
-

@@ -9,6 +9,7 @@ import os
 
 import torch
 
+
 def _read_field(path, key):
     """The number after `key` in a /proc or cgroup file (`key N`, or `key: N kB` in bytes);
     None when the file or the key is missing."""

@@ -84,5 +84,3 @@ def print_row(args, comm, size, description, duration, tput, busbw, extra=()):
 
 def duration_text(args, seconds):
     return get_metric_strings(args, 0, 0, seconds)[2]
-
-

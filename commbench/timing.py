@@ -170,5 +170,3 @@ def summarize(durations):
     figures = (ordered[0], percentile(ordered, 50), percentile(ordered, 99), ordered[-1],
                spread / mean if mean > 0 else 0.0)
     return dict(zip(STATS, figures))
-
-

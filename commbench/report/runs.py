@@ -33,7 +33,6 @@ class Run:
     ops: dict = field(default_factory=dict)  # op -> {size: Measurement}
 
 
-
 def load_run(path):
     """Any of the formats above, recognised by extension or content."""
     try:
