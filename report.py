@@ -20,13 +20,39 @@ from commbench.report.runs import ReportError, load_run
 PROG = "report.py"
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, exit status 2 (as the suite's scripts)."""
+
+    def error(self, message):
+        print(f"{PROG}: error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def _number(kind, low, what):
+    """A parser of `kind` numbers above `low` (or at least, for integers); `what` for errors."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+        if value < low or (kind is float and value == low):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text}")
+        return value
+    return parse
+
+
+_at_least_1 = _number(int, 1, ">= 1")
+_at_least_0 = _number(int, 0, ">= 0 (0: not given)")
+_positive = _number(float, 0, "a positive number")
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    parser = _Parser(prog=PROG, description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     cmp = commands.add_parser("compare", help="compare two runs size by size")
     cmp.add_argument("a")
     cmp.add_argument("b")
-    cmp.add_argument("--threshold", type=float, default=1.10,
+    cmp.add_argument("--threshold", type=_positive, default=1.10,
                      help="mark sizes where B/A exceeds this (default %(default)s)")
     cmp.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     drawing = commands.add_parser("plot", help="bus bandwidth and latency curves of runs")
@@ -37,19 +63,22 @@ def main(argv=None):
                                                 "affords for a model")
     plan.add_argument("results", help="a run of the suite (results file or saved table)")
     plan.add_argument("--params", required=True, help="model parameters: 7B, 350M, 1e9, ...")
-    plan.add_argument("--world-size", type=int, help="ranks (default: the run's world size)")
-    plan.add_argument("--gpu-mem", type=float, default=80, help="GB per rank (default 80)")
-    plan.add_argument("--bucket-mb", type=float, default=25,
+    plan.add_argument("--world-size", type=_at_least_1,
+                      help="ranks (default: the run's world size)")
+    plan.add_argument("--gpu-mem", type=_positive, default=80, help="GB per rank (default 80)")
+    plan.add_argument("--bucket-mb", type=_positive, default=25,
                       help="DDP/ZeRO-1/2 gradient bucket, MiB (default 25)")
-    plan.add_argument("--prefetch-mb", type=float, default=50,
+    plan.add_argument("--prefetch-mb", type=_positive, default=50,
                       help="ZeRO-3 message size, MiB (default 50)")
     for name in ("hidden", "layers", "seq"):
-        plan.add_argument(f"--{name}", type=int, default=0)
-    plan.add_argument("--micro-batch", type=int, default=1)
-    plan.add_argument("--micro-batches", type=int, default=1,
+        plan.add_argument(f"--{name}", type=_at_least_0, default=0)
+    plan.add_argument("--micro-batch", type=_at_least_1, default=1)
+    plan.add_argument("--micro-batches", type=_at_least_1, default=1,
                       help="micro-batches per step (PP, TP)")
-    plan.add_argument("--tp", type=int, default=0, help="also estimate tensor parallelism of this degree")
-    plan.add_argument("--pp", type=int, default=0, help="also estimate this many pipeline stages")
+    plan.add_argument("--tp", type=_at_least_0, default=0,
+                      help="also estimate tensor parallelism of this degree")
+    plan.add_argument("--pp", type=_at_least_0, default=0,
+                      help="also estimate this many pipeline stages")
     plan.add_argument("--format", choices=("markdown", "json"), default="markdown")
     args = parser.parse_args(argv)
     try:

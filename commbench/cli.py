@@ -19,6 +19,12 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(f"{message} (see --help)")
 
+    def print_help(self, file=None):
+        # argparse ignores a failed write of the help; here it raises (harness.cli says so).
+        file = file or sys.stdout
+        file.write(self.format_help())
+        file.flush()
+
 
 def _int_at_least(minimum):
     def parse(text):

@@ -21,10 +21,10 @@ import torch
 import torch.distributed
 
 from .dtypes import check_dtype_for_backend
-from .errors import PROG, BenchmarkError, UsageError
+from .errors import BenchmarkError, UsageError
 from .guard import deadline
 from .launch import check_master_address, discover_launch_env, master_address, master_port
-from .table import emit
+from .table import note
 
 
 def _import_ccl():
@@ -99,6 +99,13 @@ class Comm:
     accelerator: object = None  # DeepSpeed's accelerator in deepspeed mode
     results: object = None  # rank 0's results writer (results.py), with --output
     failures: list = field(default_factory=list)  # --check: "op at size" that had wrong elements
+    # This rank's own reason to stop (its output failed): a BenchmarkError it ends with once the
+    # ranks have agreed to stop (guard.agree_to_go_on).
+    stop: object = None
+
+    def stop_on(self, error):
+        if self.stop is None:
+            self.stop = error
 
     @property
     def on_accelerator(self):
@@ -266,12 +273,6 @@ def init_comm(local_rank, args):
         raise UsageError(f"ranks were started with different arguments (rank {differing[0]} differs "
                          "from rank 0); start every rank with the same command line")
 
-    note_rank_0 = f"{PROG}: {args.dist} ({'deepspeed.comm' if ds_dist else 'torch.distributed'}), " \
-        f"backend {torch.distributed.get_backend()}, device {device.type}, {world_size} " \
-        f"rank{'s' if world_size > 1 else ''} " \
-        f"on {len(set(hostnames))} host(s), launcher environment: {launch.launcher}"
-    if rank == 0:
-        emit(sys.stderr, note_rank_0)
     if ds_dist is not None:
         import warnings
         # DeepSpeed 0.19 calls torch's deprecated *_into_tensor / *_tensor collectives itself;
@@ -289,6 +290,10 @@ def init_comm(local_rank, args):
                 local_rank=launch.local_rank, world_size=world_size,
                 local_world_size=local_world_size, all_gather=gather, reduce_scatter=scatter,
                 one_tensor_all_gather=one_tensor, hostnames=hostnames, accelerator=ds_accelerator)
+    note(comm, f"{args.dist} ({'deepspeed.comm' if ds_dist else 'torch.distributed'}), backend "
+               f"{torch.distributed.get_backend()}, device {device.type}, {world_size} "
+               f"rank{'s' if world_size > 1 else ''} on {len(set(hostnames))} host(s), launcher "
+               f"environment: {launch.launcher}")
     return comm
 
 

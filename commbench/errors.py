@@ -12,6 +12,7 @@ class BenchmarkError(Exception):
     """
 
     exit_code = 1
+    reported = False  # its line is already on stderr
 
     def __init__(self, message, rank_local=False):
         super().__init__(message)
@@ -22,3 +23,14 @@ class UsageError(BenchmarkError):
     """The command line or the launcher environment is wrong."""
 
     exit_code = 2
+
+
+class OutputClosed(BenchmarkError):
+    """Whoever reads the output stopped reading (`... | head -5`): the run ends quietly, every
+    rank with exit status 0, as a Unix tool in a pipeline does. Not 141 (SIGPIPE's): a launcher
+    takes a rank's non-zero status for a failed job and prints a failure report of its own."""
+
+    exit_code = 0
+
+    def __init__(self):
+        super().__init__("the reader of the output closed it", rank_local=True)

@@ -1,5 +1,6 @@
 """What ends a run cleanly instead of a hang or a traceback: a deadline on blocking steps,
-stop signals that keep every record written, and telling a lost peer from a bug."""
+stop signals that keep every record written, the ranks' agreement to stop when one of them
+has a reason of its own (its output failed), and telling a lost peer from a bug."""
 
 import contextlib
 import os
@@ -7,12 +8,21 @@ import signal
 import socket
 import sys
 import threading
+import time
 
 import torch.distributed
 
-from .errors import PROG, BenchmarkError
+from .errors import PROG, BenchmarkError, OutputClosed
 from .launch import discover_launch_env
 from .table import emit
+
+
+def say(line):
+    """A last line on stderr, if stderr can still take one."""
+    try:
+        emit(sys.stderr, line)
+    except (OSError, ValueError):
+        pass
 
 
 @contextlib.contextmanager
@@ -23,7 +33,7 @@ def deadline(seconds, message):
     only be abandoned, and a benchmark that waits forever costs a cluster reservation.
     """
     def expire():
-        emit(sys.stderr, f"{PROG}: error: {message}")
+        say(f"{PROG}: error: {message}")
         os._exit(1)
     timer = threading.Timer(seconds, expire)
     timer.daemon = True
@@ -58,10 +68,38 @@ def guard_stop_signals():
                 break
         RESULTS_LOCK.acquire(timeout=5)
         if rank_for_messages() == 0:
-            emit(sys.stderr, f"{PROG}: stopped by {signal.Signals(number).name}; the sizes "
-                             "measured so far are in the table and the results file")
+            say(f"{PROG}: stopped by {signal.Signals(number).name}; the sizes measured so far "
+                "are in the table and the results file")
         os._exit(STOP_SIGNALS[number])
     threading.Thread(target=wait_for_stop, name="commbench-stop", daemon=True).start()
+
+
+def agree_to_go_on(comm):
+    """Before each size and at the end: every rank says whether it has a reason of its own to
+    stop (comm.stop), and all stop together if one has: that rank with its own error, the
+    others pointing to it, or all quietly when the reader closed the output. Without this, a
+    rank that stops alone leaves the others to fail in their next collective as if the network
+    had failed."""
+    mine = 0 if comm.stop is None else 1 if isinstance(comm.stop, OutputClosed) else 2
+    codes = [int(figures[0]) for figures in comm.gather_figures([mine])]
+    if not any(codes):
+        return
+    first = next(rank for rank, code in enumerate(codes) if code)
+    if comm.stop is not None:
+        error = comm.stop
+    elif codes[first] == 1:
+        error = OutputClosed()
+    else:
+        error = BenchmarkError(f"rank {comm.rank}: stopping because rank {first} stopped (its "
+                               "message says why)", rank_local=True)
+        time.sleep(0.2)  # the stopping rank's line first, mostly
+    if not isinstance(error, OutputClosed):
+        say(f"{PROG}: error: {error}")
+        error.reported = True
+    # Every line is out before any rank exits: a launcher ends the whole job at the first
+    # non-zero exit, and a rank ended that way would say nothing.
+    torch.distributed.barrier()
+    raise error
 
 
 def rank_for_messages(exact=False):

@@ -12,11 +12,12 @@ from .check import count_wrong
 from .cli import benchmark_parser
 from .collective import get_bw
 from .comm import init_comm, teardown
-from .errors import PROG, BenchmarkError
-from .guard import RESULTS_LOCK, deadline, guard_stop_signals, peer_failure, rank_for_messages
+from .errors import PROG, BenchmarkError, OutputClosed
+from .guard import (RESULTS_LOCK, agree_to_go_on, deadline, guard_stop_signals, peer_failure,
+                    rank_for_messages, say)
 from .memory import MemoryMeter
 from .sizes import allocate, plan_single_size, scan_numels
-from .table import duration_text, emit, note, print_header, print_row
+from .table import duration_text, emit_or_stop, note, output_failure, print_header, print_row
 from .timing import STATS, summarize, time_op
 
 
@@ -65,7 +66,9 @@ def run_meta(args, comm, ops):
 
 
 def finish(comm):
-    """End of a run: close the results file; wrong elements found by --check fail the run."""
+    """End of a run: the last agreement on stopping, the results file closed; wrong elements
+    found by --check fail the run."""
+    agree_to_go_on(comm)
     if comm.results is not None:
         comm.results.close()
         comm.results = None
@@ -121,9 +124,15 @@ def timed_collective(collective, input, output, args, comm, meter=None):
               busbw * scale, extra)
     if comm.results is not None:
         with RESULTS_LOCK:
-            comm.results.add(record)
+            try:
+                comm.results.add(record)
+            except BenchmarkError as error:  # a full disk: the file ends in its last whole record
+                comm.results.close()
+                comm.results = None
+                comm.stop_on(error)
     if args.debug and collective.debug is not None:
-        emit(sys.stderr, f"{PROG}: [rank {comm.rank}] {collective.debug(comm, input, output)}")
+        emit_or_stop(comm, sys.stderr, f"{PROG}: [rank {comm.rank}] "
+                                       f"{collective.debug(comm, input, output)}", "--debug output")
     return record
 
 
@@ -157,6 +166,7 @@ def run_collective(collective, args, comm):
         with deadline(args.timeout, f"{where} did not finish within {args.timeout:g} s; a peer "
                                     "rank likely died or is stuck (see its log)"):
             try:
+                agree_to_go_on(comm)
                 meter = MemoryMeter(comm)
                 buffers = allocate(collective, numel, args, comm)
                 if buffers is None:
@@ -193,19 +203,26 @@ def cli(run, argv=None):
     status = 0
     guard_stop_signals()
     try:
-        args = benchmark_parser().parse_args(argv)
+        try:
+            args = benchmark_parser().parse_args(argv)
+        except OSError as error:  # --help into a closed pipe or onto a full disk
+            raise output_failure(error, sys.stdout, "the help") from None
         run(args.local_rank, args)
     except RuntimeError as error:
         if not peer_failure(error):
             raise  # unexpected: keep the traceback
         status = 1
         first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
-        emit(sys.stderr, f"{PROG}: error: rank {rank_for_messages(True)}: lost its peers between "
-                         f"measurements: {first}")
+        say(f"{PROG}: error: rank {rank_for_messages(True)}: lost its peers between "
+            f"measurements: {first}")
+    except OutputClosed:
+        status = 0  # the reader has what it wanted: no message, as a Unix tool in a pipeline
     except BenchmarkError as error:
         status = error.exit_code
-        if error.rank_local or rank_for_messages() == 0:
-            emit(sys.stderr, f"{PROG}: error: {error}")
+        if error.reported:
+            pass
+        elif error.rank_local or rank_for_messages() == 0:
+            say(f"{PROG}: error: {error}")
         else:
             # Every rank failed alike and rank 0 says why; launchers kill the whole job when the
             # first rank exits, so the others give rank 0 a moment to be heard.

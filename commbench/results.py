@@ -1,14 +1,18 @@
 """Result files for programs: `.jsonl`, `.csv` or `.json`, chosen by the extension.
 
-Rank 0 writes. Every record is on disk (flushed, and for `.json` atomically replaced) as
-soon as its message size is measured, so a run that dies keeps every completed size.
-Standard library only.
+Rank 0 writes. Every record is on disk (fsynced, and for `.json` atomically replaced) as
+soon as its message size is measured, so a run that dies keeps every completed size. A write
+that fails (a full disk) never leaves half a record: `.jsonl` and `.csv` are cut back to the
+last whole record, `.json` keeps its last whole document. Standard library only.
 """
 
+import contextlib
 import csv
 import io
 import json
 import os
+
+from .errors import BenchmarkError
 
 FORMATS = (".jsonl", ".csv", ".json")
 
@@ -23,8 +27,14 @@ CSV_FIELDS = (
 CSV_LISTS = ("durations_per_rank_s", "trials_per_rank", "memory_used_per_rank_bytes")
 
 
-class ResultsError(Exception):
+class ResultsError(BenchmarkError):
     """The results path cannot be written."""
+
+
+def _write_failed(path, error, records):
+    return ResultsError(f"cannot write results to {path}: {error.strerror or error}; it holds "
+                        f"the {records} whole record{'' if records == 1 else 's'} written before; "
+                        "stopping (every size measured is in the table)")
 
 
 def output_format(path):
@@ -58,53 +68,66 @@ def open_writer(path, meta):
     path cannot be written (checked before anything is measured)."""
     kind = output_format(path)
     try:
-        if kind == ".json":  # never truncated in place: always a whole document
-            writer = JsonWriter(path)
-        else:
-            handle = open(path, "w", newline="" if kind == ".csv" else None)
-            writer = (JsonlWriter if kind == ".jsonl" else CsvWriter)(path, handle)
+        writer = {".json": JsonWriter, ".jsonl": JsonlWriter, ".csv": CsvWriter}[kind](path)
         writer.start(meta)
     except OSError as error:
         raise ResultsError(f"--output {path} cannot be written: {error.strerror}") from None
     return writer
 
 
-def _flush(handle):
-    handle.flush()
-    os.fsync(handle.fileno())
+class _WholeRecords:
+    """An append-only file that only ever ends in a whole record: each record is written and
+    fsynced at once, and a write that fails (also a short one, also an fsync that reports a
+    full disk late) is cut back off before the error is raised."""
 
+    def __init__(self, path):
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        self._end = 0
+        self.records = 0  # result records on disk
 
-class JsonlWriter:
-    """One JSON object a line: the meta record, then one record per measured size."""
-
-    def __init__(self, path, handle):
-        self.path, self._handle = path, handle
-
-    def start(self, meta):
-        self._write({"type": "meta", **meta})
-
-    def add(self, record):
-        self._write({"type": "result", **record})
-
-    def _write(self, obj):
-        self._handle.write(json.dumps(obj) + "\n")
-        _flush(self._handle)
+    def append(self, text, is_result=True):
+        data = text.encode()
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(self._fd, data[written:])
+            os.fsync(self._fd)
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._end)
+                os.lseek(self._fd, self._end, os.SEEK_SET)
+            if not is_result:
+                raise  # the meta record or header: open_writer says the file cannot be written
+            raise _write_failed(self.path, error, self.records) from None
+        self._end += len(data)
+        self.records += is_result
 
     def close(self):
-        self._handle.close()
+        os.close(self._fd)
 
 
-class CsvWriter:
+class JsonlWriter(_WholeRecords):
+    """One JSON object a line: the meta record, then one record per measured size."""
+
+    def start(self, meta):
+        self.append(json.dumps({"type": "meta", **meta}) + "\n", is_result=False)
+
+    def add(self, record):
+        self.append(json.dumps({"type": "result", **record}) + "\n")
+
+
+class CsvWriter(_WholeRecords):
     """A header, then one row per measured size (the run's settings repeated on each row)."""
 
-    def __init__(self, path, handle):
-        self.path, self._handle = path, handle
-        self._csv = csv.DictWriter(handle, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    def _row(self, write):
+        line = io.StringIO(newline="")
+        write(csv.DictWriter(line, fieldnames=CSV_FIELDS, extrasaction="ignore"))
+        return line.getvalue()
 
     def start(self, meta):
         self._meta = meta
-        self._csv.writeheader()
-        _flush(self._handle)
+        self.append(self._row(lambda writer: writer.writeheader()), is_result=False)
 
     def add(self, record):
         row = {key: self._meta.get(key) for key in ("dist", "backend", "device", "dtype")}
@@ -112,11 +135,8 @@ class CsvWriter:
         row.update(record.get("stats") or {})
         for key in CSV_LISTS:
             row[key] = " ".join("-" if x is None else repr(x) for x in record.get(key, ()))
-        self._csv.writerow({k: ("" if v is None else v) for k, v in row.items()})
-        _flush(self._handle)
-
-    def close(self):
-        self._handle.close()
+        self.append(self._row(lambda writer: writer.writerow(
+            {k: ("" if v is None else v) for k, v in row.items()})))
 
 
 class JsonWriter:
@@ -131,14 +151,24 @@ class JsonWriter:
 
     def add(self, record):
         self._document["results"].append(record)
-        self._replace()
+        try:
+            self._replace()
+        except OSError as error:
+            self._document["results"].pop()  # the file on disk still holds the document without it
+            raise _write_failed(self.path, error, len(self._document["results"])) from None
 
     def _replace(self):
         temporary = f"{self.path}.tmp{os.getpid()}"
-        with open(temporary, "w") as handle:
-            json.dump(self._document, handle, indent=1)
-            _flush(handle)
-        os.replace(temporary, self.path)
+        try:
+            with open(temporary, "w") as handle:
+                json.dump(self._document, handle, indent=1)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.remove(temporary)
+            raise
 
     def close(self):
         pass

@@ -3,9 +3,10 @@
 Every line goes out in one write, so lines of ranks that share a pipe never interleave.
 """
 
+import os
 import sys
 
-from .errors import PROG
+from .errors import PROG, BenchmarkError, OutputClosed
 
 
 def emit(stream, line):
@@ -16,13 +17,39 @@ def emit(stream, line):
 
 def print_rank_0(comm, message):
     if comm.rank == 0:
-        emit(sys.stdout, message)
+        emit_or_stop(comm, sys.stdout, message, "the table")
 
 
 def note(comm, message):
     """A diagnostic on stderr, from rank 0."""
     if comm.rank == 0:
-        emit(sys.stderr, f"{PROG}: {message}")
+        emit_or_stop(comm, sys.stderr, f"{PROG}: {message}", "a note")
+
+
+def emit_or_stop(comm, stream, line, what):
+    """emit(), and when the stream fails (a closed pipe, a full disk), this rank's reason to stop,
+    which the ranks agree on before the next size (guard.agree_to_go_on): a rank that stopped
+    on its own would leave the others failing in their next collective."""
+    try:
+        emit(stream, line)
+    except OSError as error:
+        comm.stop_on(output_failure(error, stream, what))
+
+
+def output_failure(error, stream, what):
+    """The error a failed write of `what` to `stream` ends the run with; nothing more is written
+    to that stream (its descriptor then points to /dev/null, so even the flush at exit is quiet)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    if isinstance(error, BrokenPipeError):
+        return OutputClosed()
+    name = "stdout" if stream is sys.stdout else "stderr"
+    return BenchmarkError(f"cannot write {what} to {name}: {error.strerror or error}",
+                          rank_local=True)
 
 
 def convert_size(size_bytes):

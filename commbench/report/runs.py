@@ -62,18 +62,28 @@ def _label(meta, path):
 
 
 def _from_results(path):
+    """A results file of --output. One that holds no result (empty, or another program's JSON
+    or CSV) is an error naming the file, not an empty report."""
     try:
         meta, records = results.read(path)
-    except (ValueError, KeyError) as error:
-        raise ReportError(f"{path}: not a readable results file ({error})") from None
-    world_sizes = {r["world_size"] for r in records}
-    dtypes = {r.get("dtype") or meta.get("dtype") for r in records}
-    run = Run(path, _label(meta or (records[0] if records else {}), path),
-              world_sizes.pop() if len(world_sizes) == 1 else None,
-              dtypes.pop() if len(dtypes) == 1 else None)
-    for r in records:
-        run.ops.setdefault(r["op"], {})[r["size_bytes"]] = Measurement(
-            r["size_bytes"], r["duration_s"], r["busbw_Bps"])
+        if not records:
+            raise ReportError(f"{path}: no results in it (" + (
+                "an empty file" if os.path.getsize(path) == 0 else
+                "the meta record alone: the run measured nothing" if meta else
+                "not a results file of this suite") + ")")
+        world_sizes = {r["world_size"] for r in records}
+        dtypes = {r.get("dtype") or meta.get("dtype") for r in records}
+        run = Run(path, _label(meta or records[0], path),
+                  world_sizes.pop() if len(world_sizes) == 1 else None,
+                  dtypes.pop() if len(dtypes) == 1 else None)
+        for r in records:
+            run.ops.setdefault(r["op"], {})[r["size_bytes"]] = Measurement(
+                r["size_bytes"], float(r["duration_s"]), float(r["busbw_Bps"]))
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ReportError(f"{path}: not a results file of this suite ({type(error).__name__}: "
+                          f"{error})") from None
+    except OSError as error:
+        raise ReportError(f"cannot read {path}: {error.strerror}") from None
     return run
 
 
