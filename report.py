@@ -12,6 +12,7 @@ Standard library only, but for `plot` (matplotlib, imported when plotting).
 import argparse
 import sys
 
+from commbench.numbers import float_in, int_at_least
 from commbench.report import strategy
 from commbench.report.compare import compare, render
 from commbench.report.plot import plot
@@ -28,22 +29,9 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def _number(kind, low, what):
-    """A parser of `kind` numbers above `low` (or at least, for integers); `what` for errors."""
-    def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-        if value < low or (kind is float and value == low):
-            raise argparse.ArgumentTypeError(f"must be {what}, got {text}")
-        return value
-    return parse
-
-
-_at_least_1 = _number(int, 1, ">= 1")
-_at_least_0 = _number(int, 0, ">= 0 (0: not given)")
-_positive = _number(float, 0, "a positive number")
+_at_least_1 = int_at_least(1)
+_at_least_0 = int_at_least(0)
+_positive = float_in(0, 1e15, "a positive number")
 
 
 def main(argv=None):

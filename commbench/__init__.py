@@ -13,6 +13,7 @@ One module per concern, dependencies running one way (top to bottom):
   collective  the descriptor an op script fills in, bandwidth from it
   table       what rank 0 prints: the header, rows, units; notes on stderr
   cli         the command line and its validators
+  numbers     validators of numeric flags (also report.py's)
   dtypes      which dtypes a run may use, and which a backend can move
   results     result files (.jsonl, .csv, .json) as they are written and read
   errors      the one exception type of expected failures

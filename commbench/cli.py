@@ -13,6 +13,7 @@ import constants
 
 from .dtypes import get_dtype
 from .errors import PROG, UsageError
+from .numbers import float_in, int_at_least
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,41 +27,16 @@ class _Parser(argparse.ArgumentParser):
         file.flush()
 
 
-def _int_at_least(minimum):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-    return parse
-
-
 def _maxsize(text):
-    value = _int_at_least(constants.MIN_MAXSIZE)(text)
+    value = int_at_least(constants.MIN_MAXSIZE)(text)
     if value > constants.MAX_MAXSIZE:
         raise argparse.ArgumentTypeError(f"must be <= {constants.MAX_MAXSIZE} (2^{value} elements "
                                          f"fit no memory), got {value}")
     return value
 
 
-def _float_in(low, high, what):
-    """A parser of floats in (low, high]; `what` says the range in the error message."""
-    def parse(text):
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-        if not low < value <= high:
-            raise argparse.ArgumentTypeError(f"must be {what}, got {text}")
-        return value
-    return parse
-
-
-_mem_factor = _float_in(0, 1, "in (0, 1]")
-_positive_seconds = _float_in(0, 1e6, "a positive number of seconds")
+_mem_factor = float_in(0, 1, "in (0, 1]")
+_positive_seconds = float_in(0, 1e6, "a positive number of seconds")
 
 
 def _dtype_name(text):
@@ -86,9 +62,9 @@ def benchmark_parser():
                                  "or torch.distributed.")
     parser.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
                         help="set by launchers; default: from the launcher's environment")
-    parser.add_argument("--trials", type=_int_at_least(1), default=constants.DEFAULT_TRIALS,
+    parser.add_argument("--trials", type=int_at_least(1), default=constants.DEFAULT_TRIALS,
                         help="number of timed iterations (default %(default)s)")
-    parser.add_argument("--warmups", type=_int_at_least(0), default=constants.DEFAULT_WARMUPS,
+    parser.add_argument("--warmups", type=int_at_least(0), default=constants.DEFAULT_WARMUPS,
                         help="number of untimed iterations before timing (default %(default)s)")
     parser.add_argument("--maxsize", type=_maxsize, default=constants.DEFAULT_MAXSIZE,
                         help="scan up to n x 2^(maxsize-1) elements per rank (default %(default)s)")
