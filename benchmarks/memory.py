@@ -56,7 +56,7 @@ def report(world_size, records, options):
     from commbench.sizes import footprint
 
     comm = SimpleNamespace(world_size=world_size, on_accelerator=False, backend="gloo")
-    flags = SimpleNamespace(check=options.check)
+    flags = SimpleNamespace(check=options.check, async_op=False, trials=1, warmups=1)
     print(f"\nworld size {world_size}, --dist {options.dist}{', --check' if options.check else ''}"
           f": the largest size of a --maxsize {options.maxsize} scan, per rank")
     print(f"{'op':16s} {'input MiB':>10s} {'model (x input)':>36s} {'model MiB':>10s} "

@@ -20,22 +20,32 @@ def scan_numels(world_size, maxsize):
     return [world_size * 2 ** p for p in range(1, maxsize)]
 
 
-def buffer_multiples(collective, numel, comm):
-    """[(what, bytes per byte of input)]: every buffer of one size as a multiple of the input."""
+def in_flight(args):
+    """How many ops of one size can be in flight at once: with --async-op every warmup, then
+    every trial, is issued before the first is waited on (timing.time_op)."""
+    return max(args.trials, args.warmups) if args.async_op else 1
+
+
+def buffer_multiples(collective, numel, comm, ops_in_flight=1):
+    """[(what, bytes per byte of input)]: every buffer of one size as a multiple of the input.
+    A CPU backend's staging copy is per op, so ops in flight hold one each (gloo: a
+    reduce_scatter scan with --async-op was OOM-killed when only one was counted)."""
     n = comm.world_size
     parts = [("input", 1.0)]
     if collective.output_numel is not None:
         parts.append(("output", collective.output_numel(numel, n) / numel))
     if collective.staging is not None and not comm.on_accelerator:
-        parts.append((f"{comm.backend} staging copy", collective.staging(n)))
+        copies = f" x {ops_in_flight} in flight" if ops_in_flight > 1 else ""
+        parts.append((f"{comm.backend} staging copy{copies}",
+                      collective.staging(n) * ops_in_flight))
     return parts
 
 
 def footprint(collective, numel, element_size, args, comm):
     """(bytes, parts, reserve): what one size takes per rank: its buffers and the backend's
-    staging copy (parts: [(what, multiple of the input)]), plus the fixed reserves. The
+    staging copies (parts: [(what, multiple of the input)]), plus the fixed reserves. The
     multiples do not depend on E, so bytes = E x element size x their sum + reserve."""
-    parts = buffer_multiples(collective, max(numel, comm.world_size), comm)
+    parts = buffer_multiples(collective, max(numel, comm.world_size), comm, in_flight(args))
     reserve = constants.BACKEND_MEMORY_RESERVE + (CHECK_RESERVE if args.check else 0)
     multiple = sum(share for _, share in parts)
     return int(numel * element_size * multiple) + reserve, parts, reserve

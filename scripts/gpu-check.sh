@@ -22,8 +22,8 @@ if [ "${1:-}" = "--device" ] && [ -n "${2:-}" ]; then DEVICE=$2; fi
 if [ -n "${PYTHON:-}" ]; then PY=$PYTHON
 elif [ -x .venv/bin/python ]; then PY=.venv/bin/python
 else PY=python3; fi
-# Scans to 2^23 elements per rank on the GPU; on CPU ranks to 2^11, which is enough to check
-# this script (gloo's --async-op keeps a staging copy per op in flight: large sizes want RAM).
+# Scans to 2^23 elements per rank on the GPU; on CPU ranks to 2^11, enough to check this script
+# and quick.
 [ "$DEVICE" = cuda ] && MAXSIZE=${GPU_CHECK_MAXSIZE:-24} || MAXSIZE=${GPU_CHECK_MAXSIZE:-12}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

@@ -109,3 +109,25 @@ def test_scan_stops_before_the_limit(tmp_path):
         assert 2 * free < group.limit
     lines = output.read_text().splitlines()
     assert len(lines) == 1 + sum(len(t.rows) for t in result.tables)
+
+
+def test_async_scan_counts_a_staging_copy_per_op_in_flight(tmp_path):
+    """With --async-op every trial is issued before the first is waited on, and gloo stages
+    each reduce_scatter and all_gather through a copy of its own: 50 in flight at 32 MiB per
+    rank take 1.6 GiB of copies. Counting one (as before) got this scan OOM-killed in 2 GiB at
+    reduce_scatter's largest size; counting all, the two ops stop with their warning."""
+    with memory_cgroup(2048 * MIB) as group:
+        result = launch("run_all.py", "--scan", "--maxsize=24", "--async-op", "--trials=50",
+                        "--warmups=2", "--dist=torch", "--all-gather", "--reduce-scatter",
+                        "--all-reduce", preexec_fn=group.enter)
+        kills = group.oom_kills()
+    assert result.returncode == 0 and kills == 0, result
+    assert_no_traceback(result)
+    tables = {table.op: table for table in result.tables}
+    assert len(tables["all_reduce"].rows) == 23  # no staging copy: the whole scan
+    warnings = [line for line in result.stderr.splitlines() if "WARNING" in line]
+    assert [w.split(":")[2].strip() for w in warnings] == ["all_gather", "reduce_scatter"], result
+    for op, share in (("all_gather", 1 + 1 + 50), ("reduce_scatter", 1 + 1 + 50)):
+        stopped = 2 * 2 ** len(tables[op].rows)
+        match = re.search(rf"{op}: {stopped} elements of float per rank take (\d+) B", result.stderr)
+        assert match and int(match.group(1)) == stopped * 4 * share + 64 * MIB, result.stderr
