@@ -50,10 +50,9 @@ def collective(name):
     return found[0]
 
 
-def init_processes(local_rank, args, ops=None):
-    """Initialise the process group the way `args.dist` says (or reuse the one that is up) and
-    return the Comm; `ops` names the ops for the results file, when --output asks for one."""
-    return harness.init_processes(local_rank, args, ops)
+# init_processes(local_rank, args, ops=None): the process group the way `args.dist` says (or
+# the one already up), as the Comm; `ops` names the ops for the results file of --output.
+init_processes = harness.init_processes
 
 
 def get_bw(comm_op, size, duration, args):

@@ -233,7 +233,8 @@ def init_comm(local_rank, args):
     device_type, backend = resolve_device_and_backend(args, ds_accelerator)
     check_dtype_for_backend(args, backend)
 
-    if not torch.distributed.is_initialized():
+    starting = not torch.distributed.is_initialized()
+    if starting:
         os.environ["MASTER_ADDR"] = check_master_address(master_address(os.environ, launch),
                                                          launch.rank)
         port = master_port(os.environ)
@@ -290,10 +291,11 @@ def init_comm(local_rank, args):
                 local_rank=launch.local_rank, world_size=world_size,
                 local_world_size=local_world_size, all_gather=gather, reduce_scatter=scatter,
                 one_tensor_all_gather=one_tensor, hostnames=hostnames, accelerator=ds_accelerator)
-    note(comm, f"{args.dist} ({'deepspeed.comm' if ds_dist else 'torch.distributed'}), backend "
-               f"{torch.distributed.get_backend()}, device {device.type}, {world_size} "
-               f"rank{'s' if world_size > 1 else ''} on {len(set(hostnames))} host(s), launcher "
-               f"environment: {launch.launcher}")
+    if starting:  # once per run, not again for each op or utils.max_numel call that reuses it
+        layer = "deepspeed.comm" if ds_dist else "torch.distributed"
+        note(comm, f"{args.dist} ({layer}), backend {torch.distributed.get_backend()}, device "
+                   f"{device.type}, {world_size} rank{'s' if world_size > 1 else ''} on "
+                   f"{len(set(hostnames))} host(s), launcher environment: {launch.launcher}")
     return comm
 
 

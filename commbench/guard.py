@@ -84,13 +84,13 @@ def agree_to_go_on(comm):
     codes = [int(figures[0]) for figures in comm.gather_figures([mine])]
     if not any(codes):
         return
-    first = next(rank for rank, code in enumerate(codes) if code)
+    failed = [rank for rank, code in enumerate(codes) if code == 2]  # an error beats a quiet stop
     if comm.stop is not None:
         error = comm.stop
-    elif codes[first] == 1:
+    elif not failed:
         error = OutputClosed()
     else:
-        error = BenchmarkError(f"rank {comm.rank}: stopping because rank {first} stopped (its "
+        error = BenchmarkError(f"rank {comm.rank}: stopping because rank {failed[0]} stopped (its "
                                "message says why)", rank_local=True)
         time.sleep(0.2)  # the stopping rank's line first, mostly
     if not isinstance(error, OutputClosed):

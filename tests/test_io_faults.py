@@ -78,8 +78,9 @@ def test_a_closed_pipe_ends_the_run_quietly(launcher, nproc, tmp_path):
     stderr = producer.stderr.read()
     assert status == 0, stderr
     assert_no_traceback_of_ours(stderr)
-    # The whole scan takes 20 s and more; the ranks leave at the next size instead.
-    assert after < 10, after
+    # The whole scan takes 20 s and more; the ranks leave at the next size instead (measured
+    # here: python 0.35 s, torchrun 0.8-1.0 s after head exits; 5 s leaves room for a busy host).
+    assert after < 5, after
     mine = our_lines(stderr)
     assert len(mine) == 1 and START_NOTE.match(mine[0]), stderr
     lines = shown.splitlines()
