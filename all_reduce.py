@@ -1,4 +1,5 @@
-"""all_reduce: every rank ends with the element-wise SUM of all ranks' tensors, in place."""
+"""all_reduce: every rank ends with the element-wise reduction (--op, default SUM) of all ranks'
+tensors, in place."""
 
 import functools
 
@@ -8,12 +9,13 @@ from commbench.collective import WHOLE, Collective, bound
 ALL_REDUCE = Collective(
     name="all_reduce",
     bind=lambda comm, input, output, async_op: bound(
-        comm.dist.all_reduce, input, async_op=async_op),
+        comm.dist.all_reduce, input, *comm.reduce_args, async_op=async_op),
     output_numel=None,
     algbw_factor=lambda n: 2,
     busbw_factor=lambda n: 2 * (n - 1) / n,
     size_rule=WHOLE,
-    expected=lambda values, rank, n, numel, index: sum(values(s, index) for s in range(n)),
+    expected=lambda values, rank, n, numel, index: values.reduce(
+        values(s, index) for s in range(n)),
     reduces=True,
 )
 

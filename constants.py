@@ -12,6 +12,12 @@ DEFAULT_DEVICE = None  # detected
 DEFAULT_UNIT = "Gbps"
 DEFAULT_DIST = "deepspeed"
 DEFAULT_MAXSIZE = 24
+DEFAULT_MINSIZE = 1
+DEFAULT_STEP_FACTOR = 2.0
+DEFAULT_MIN_BYTES = 8  # --max-bytes or --step-factor alone sweeps from 8 bytes, as nccl-tests -b 8
+DEFAULT_MAX_BYTES = 32 << 20  # --min-bytes alone sweeps up to nccl-tests' default -e 32M
+DEFAULT_REDUCE_OP = "sum"
+REDUCE_OPS = ("sum", "prod", "min", "max", "avg")
 DEFAULT_MEM_FACTOR = 0.3
 TORCH_DISTRIBUTED_DEFAULT_PORT = 29500
 DEFAULT_TIMEOUT = 300  # seconds a rank waits for its peers before giving up
@@ -23,7 +29,10 @@ BACKENDS = ("nccl", "ccl", "mpi", "gloo", "xccl", "hccl")
 # The registered ops: the order in which run_all.py runs them, and the flag that selects each
 # (--all-reduce, ...). An op is one script <op>.py at the top plus its name here
 # (docs/extending.md).
-OPS = ("all_reduce", "all_gather", "all_to_all", "reduce_scatter", "pt2pt", "broadcast")
+OPS = ("all_reduce", "all_gather", "all_to_all", "reduce_scatter", "pt2pt", "broadcast",
+       "reduce", "gather", "scatter", "barrier")
+# What run_all.py runs when no op is named: the original suite's six (--all: every one above).
+DEFAULT_OPS = ("all_reduce", "all_gather", "all_to_all", "reduce_scatter", "pt2pt", "broadcast")
 
 # --maxsize bounds: 2 gives one scan size (2 elements per row of the n x 2^p tensor);
 # beyond 40 a single message would exceed any memory that exists.

@@ -11,14 +11,19 @@ import torch
 
 import constants
 
-from .dtypes import get_dtype
+from .dtypes import dtype_list, get_dtype
 from .errors import PROG, UsageError
-from .numbers import float_in, int_at_least
+from .numbers import byte_count, float_in, int_at_least
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(f"{message} (see --help)")
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extra = super().parse_known_args(args, namespace)
+        _settle(self, namespace)
+        return namespace, extra
 
     def print_help(self, file=None):
         # argparse ignores a failed write of the help; here it raises (harness.cli says so).
@@ -35,13 +40,58 @@ def _maxsize(text):
     return value
 
 
+def _minsize(text):
+    value = int_at_least(1)(text)
+    if value >= constants.MAX_MAXSIZE:
+        raise argparse.ArgumentTypeError(f"must be < {constants.MAX_MAXSIZE}, got {value}")
+    return value
+
+
 _mem_factor = float_in(0, 1, "in (0, 1]")
+_step_factor = float_in(1, 1e6, "greater than 1 (each size is the last one times it)")
 _positive_seconds = float_in(0, 1e6, "a positive number of seconds")
 
 
-def _dtype_name(text):
-    get_dtype(text)  # raises with the reason
+def _dtype_names(text):
+    dtype_list(text)  # raises with the reason
     return text
+
+
+def _settle(parser, args):
+    """Checks across flags, and the defaults that depend on other flags. A size range (either
+    form) is a sweep, so it implies --scan."""
+    exponents = args.minsize is not None or args.maxsize is not None
+    in_bytes = any(v is not None for v in (args.min_bytes, args.max_bytes, args.step_factor))
+    if exponents and in_bytes:
+        parser.error("give message sizes as exponents (--minsize/--maxsize) or in bytes "
+                     "(--min-bytes/--max-bytes/--step-factor), not both")
+    if args.minsize is not None:
+        args.scan = True
+    args.minsize = constants.DEFAULT_MINSIZE if args.minsize is None else args.minsize
+    args.maxsize = constants.DEFAULT_MAXSIZE if args.maxsize is None else args.maxsize
+    if args.minsize >= args.maxsize:
+        parser.error(f"--minsize {args.minsize} must be below --maxsize {args.maxsize} (the scan "
+                     f"runs n x 2^p elements for p = minsize .. maxsize-1)")
+    if in_bytes:
+        args.scan = True
+        args.min_bytes = args.min_bytes or constants.DEFAULT_MIN_BYTES
+        args.max_bytes = args.max_bytes or max(constants.DEFAULT_MAX_BYTES, args.min_bytes)
+        args.step_factor = args.step_factor or constants.DEFAULT_STEP_FACTOR
+        if args.min_bytes > args.max_bytes:
+            parser.error(f"--min-bytes {args.min_bytes} is above --max-bytes {args.max_bytes}")
+    names = dtype_list(args.dtype)
+    if in_bytes:
+        for name in names or ():
+            size = get_dtype(name).itemsize
+            if args.min_bytes < size:
+                parser.error(f"--min-bytes {args.min_bytes} is below one element of {name} "
+                             f"({size} bytes)")
+    if args.op == "avg":
+        integers = [name for name in names or () if not get_dtype(name).is_floating_point]
+        if integers:
+            parser.error(f"--op avg on an integer dtype ({', '.join(integers)}): an integer "
+                         "average is no reduction every backend has (gloo fails it and breaks "
+                         "the process group); use a floating dtype, or --op sum")
 
 
 def _device_type(text):
@@ -66,8 +116,20 @@ def benchmark_parser():
                         help="number of timed iterations (default %(default)s)")
     parser.add_argument("--warmups", type=int_at_least(0), default=constants.DEFAULT_WARMUPS,
                         help="number of untimed iterations before timing (default %(default)s)")
-    parser.add_argument("--maxsize", type=_maxsize, default=constants.DEFAULT_MAXSIZE,
-                        help="scan up to n x 2^(maxsize-1) elements per rank (default %(default)s)")
+    parser.add_argument("--maxsize", type=_maxsize, default=None,
+                        help="scan up to n x 2^(maxsize-1) elements per rank "
+                             f"(default {constants.DEFAULT_MAXSIZE})")
+    parser.add_argument("--minsize", type=_minsize, default=None,
+                        help="scan from n x 2^minsize elements per rank (implies --scan; "
+                             f"default {constants.DEFAULT_MINSIZE})")
+    parser.add_argument("--min-bytes", type=byte_count, default=None, metavar="BYTES",
+                        help="sweep message sizes in bytes per rank from BYTES (8, 1K, 4M, 1G; "
+                             "implies --scan; default 8), as nccl-tests' -b")
+    parser.add_argument("--max-bytes", type=byte_count, default=None, metavar="BYTES",
+                        help="... up to BYTES, as nccl-tests' -e (default 32M)")
+    parser.add_argument("--step-factor", type=_step_factor, default=None, metavar="F",
+                        help="... each size F times the last, as nccl-tests' -f (default 2); "
+                             "sizes are rounded down to what the op can move (docs/running.md)")
     parser.add_argument("--async-op", action="store_true",
                         help="issue ops with async_op=True (pt2pt: isend/irecv) and wait on "
                              "every handle inside the timed window")
@@ -82,9 +144,16 @@ def benchmark_parser():
                         help="print sizes in bytes and durations in microseconds, without units")
     for op in constants.OPS:
         parser.add_argument(f"--{op.replace('_', '-')}", dest=op, action="store_true",
-                            help=f"run {op} (run_all.py; none given = all)")
-    parser.add_argument("--dtype", type=_dtype_name, default=constants.DEFAULT_TYPE,
-                        help="torch dtype of the buffers (default %(default)s)")
+                            help=f"run {op} (run_all.py; none given = the original six)")
+    parser.add_argument("--all", action="store_true",
+                        help="run every registered op (run_all.py): the six, reduce, gather, "
+                             "scatter and barrier")
+    parser.add_argument("--dtype", type=_dtype_names, default=constants.DEFAULT_TYPE,
+                        help="torch dtype of the buffers, or several (float32,bfloat16,int32: one "
+                             "table each), or all that the backend moves (default %(default)s)")
+    parser.add_argument("--op", choices=constants.REDUCE_OPS, default=constants.DEFAULT_REDUCE_OP,
+                        help="the reduction of all_reduce, reduce_scatter and reduce "
+                             "(default %(default)s)")
     parser.add_argument("--mem-factor", type=_mem_factor, default=constants.DEFAULT_MEM_FACTOR,
                         help="fraction of per-rank memory a single-size run may use, in (0, 1] "
                              "(default %(default)s)")

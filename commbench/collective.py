@@ -24,15 +24,24 @@ class Collective:
     busbw_factor: Callable[[int], float]  # BusBW = factor(n) * S / t
     size_rule: str  # WHOLE, GATHERED or SPLIT
     # --check: expected(values, rank, n, E, index) -> the exact result at output positions
-    # `index` (an int64 tensor) of this rank, where values(s, j) is rank s's input element j.
-    expected: Callable
-    reduces: bool = False  # sums over ranks: check values must stay exact when summed
+    # `index` (an int64 tensor) of this rank, where values(s, j) is rank s's input element j;
+    # values.reduce(terms) applies --op over ranks. None: this rank's result is not defined
+    # (reduce and gather leave every rank but the root as they are).
+    expected: Optional[Callable]
+    # Reduces over ranks: --op applies (bind passes *comm.reduce_args after the buffers and
+    # the root), and check values stay exact under the reduction.
+    reduces: bool = False
     min_world_size: int = 1
     shown_world_size: Optional[int] = None  # pt2pt's header always says 2 devices
     debug: Optional[Callable] = None  # (comm, input, output) -> str, for --debug
     # n -> the multiple of the input a CPU backend copies it through while the op runs
     # (gloo, measured by benchmarks/memory.py); counted by the single-size memory plan.
     staging: Optional[Callable[[int], float]] = None
+    # False: the op moves no data (barrier): one row of latency, no bandwidth, no sizes.
+    payload: bool = True
+    # --check of an op whose result is not in a buffer: check(comm, call, args) -> wrong count
+    # on this rank (barrier: ranks that left before the last one arrived).
+    check: Optional[Callable] = None
 
 
 def bound(function, *args, async_op=False):
@@ -44,7 +53,10 @@ def bound(function, *args, async_op=False):
 
 
 def get_bw(collective, size, duration, world_size, bw_unit):
-    """(Throughput, BusBW) in bytes/s, or bits/s with Gbps, for `size` bytes per rank."""
+    """(Throughput, BusBW) in bytes/s, or bits/s with Gbps, for `size` bytes per rank;
+    (None, None) for an op without payload."""
+    if not collective.payload:
+        return None, None
     scale = 8 if bw_unit == "Gbps" else 1
     rate = size / duration
     return (collective.algbw_factor(world_size) * rate * scale,

@@ -93,10 +93,13 @@ class Comm:
     world_size: int
     local_world_size: int
     all_gather: Callable  # (output, input, async_op=...) into one tensor
-    reduce_scatter: Callable  # (output, input, async_op=...) SUM into one tensor
+    reduce_scatter: Callable  # (output, input, *reduce_args, async_op=...) into one tensor
     one_tensor_all_gather: bool
     hostnames: list
     accelerator: object = None  # DeepSpeed's accelerator in deepspeed mode
+    # --op as the layer's ReduceOp, for the reducing ops' calls: () for SUM, the calls' default,
+    # so that the default call is the original's.
+    reduce_args: tuple = ()
     results: object = None  # rank 0's results writer (results.py), with --output
     failures: list = field(default_factory=list)  # --check: "op at size" that had wrong elements
     # This rank's own reason to stop (its output failed): a BenchmarkError it ends with once the
@@ -161,9 +164,9 @@ def _list_form(collective, world_size):
             return torch.distributed.all_gather(list(output.chunk(world_size)), input,
                                                 async_op=async_op)
     else:
-        def call(output, input, async_op=False):
+        def call(output, input, *reduce_args, async_op=False):
             return torch.distributed.reduce_scatter(output, list(input.chunk(world_size)),
-                                                    async_op=async_op)
+                                                    *reduce_args, async_op=async_op)
     return call
 
 
@@ -290,13 +293,25 @@ def init_comm(local_rank, args):
     comm = Comm(dist=dist_module, name=args.dist, backend=backend, device=device, rank=rank,
                 local_rank=launch.local_rank, world_size=world_size,
                 local_world_size=local_world_size, all_gather=gather, reduce_scatter=scatter,
-                one_tensor_all_gather=one_tensor, hostnames=hostnames, accelerator=ds_accelerator)
+                one_tensor_all_gather=one_tensor, hostnames=hostnames, accelerator=ds_accelerator,
+                reduce_args=reduce_args(dist_module, getattr(args, "op", "sum")))
     if starting:  # once per run, not again for each op or utils.max_numel call that reuses it
         layer = "deepspeed.comm" if ds_dist else "torch.distributed"
         note(comm, f"{args.dist} ({layer}), backend {torch.distributed.get_backend()}, device "
                    f"{device.type}, {world_size} rank{'s' if world_size > 1 else ''} on "
                    f"{len(set(hostnames))} host(s), launcher environment: {launch.launcher}")
     return comm
+
+
+_REDUCE_OP_NAMES = {"sum": "SUM", "prod": "PRODUCT", "min": "MIN", "max": "MAX", "avg": "AVG"}
+
+
+def reduce_args(dist_module, op):
+    """The extra positional argument of a reducing call for --op: none for sum (the default
+    of every call), else the layer's own ReduceOp member (deepspeed.comm has its own enum)."""
+    if op == "sum":
+        return ()
+    return (getattr(dist_module.ReduceOp, _REDUCE_OP_NAMES[op]),)
 
 
 def _select_device(device_type, local_rank, ds_accelerator):

@@ -31,9 +31,45 @@ def get_dtype(name):
     return dtype
 
 
+# `--dtype all`, in this order: what every backend moves (gloo, nccl, oneCCL, MPI).
+ALL_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64")
+
+
+def dtype_list(text):
+    """The dtype names of `--dtype` (one, or several separated by commas), or None for `all`
+    (which the backend decides: dtypes_for)."""
+    if text.strip() == "all":
+        return None
+    names = [name.strip() for name in text.split(",")]
+    if "" in names:
+        raise argparse.ArgumentTypeError(f"'{text}' has an empty dtype name; separate names with "
+                                         "single commas, e.g. float32,bfloat16")
+    for name in names:
+        get_dtype(name)
+    dtypes = [get_dtype(name) for name in names]
+    repeated = [name for name, dtype in zip(names, dtypes) if dtypes.count(dtype) > 1]
+    if repeated:
+        raise argparse.ArgumentTypeError(f"{' and '.join(repeated)} name the same dtype; give "
+                                         "each once")
+    return names
+
+
+def dtypes_for(args, backend):
+    """The dtype names this run measures, in order: --dtype's list, or for `all` every dtype of
+    ALL_DTYPES the backend moves (floating ones only with --op avg)."""
+    names = dtype_list(args.dtype)
+    if names is None:
+        names = [name for name in ALL_DTYPES
+                 if backend != "gloo" or get_dtype(name) in GLOO_DTYPES]
+        if getattr(args, "op", "sum") == "avg":
+            names = [name for name in names if get_dtype(name).is_floating_point]
+    return names
+
+
 def check_dtype_for_backend(args, backend):
     """Refuse, before any rank connects, a dtype the backend cannot move."""
-    if backend == "gloo" and get_dtype(args.dtype) not in GLOO_DTYPES:
-        names = ", ".join(sorted(str(d).replace("torch.", "") for d in GLOO_DTYPES))
-        raise UsageError(f"--dtype {args.dtype}: the gloo backend cannot move it; use one of "
-                         f"{names}")
+    for name in dtypes_for(args, backend):
+        if backend == "gloo" and get_dtype(name) not in GLOO_DTYPES:
+            names = ", ".join(sorted(str(d).replace("torch.", "") for d in GLOO_DTYPES))
+            raise UsageError(f"--dtype {name}: the gloo backend cannot move it; use one of "
+                             f"{names}")

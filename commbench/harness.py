@@ -2,6 +2,7 @@
 the run's start (process group and results file) and end; and the entry point every script
 hands its run function to."""
 
+import argparse
 import platform
 import sys
 import time
@@ -12,11 +13,12 @@ from .check import count_wrong
 from .cli import benchmark_parser
 from .collective import get_bw
 from .comm import init_comm, teardown
-from .errors import PROG, BenchmarkError, OutputClosed
+from .dtypes import dtypes_for, get_dtype
+from .errors import PROG, BenchmarkError, OutputClosed, UsageError
 from .guard import (RESULTS_LOCK, agree_to_go_on, deadline, guard_stop_signals, peer_failure,
                     rank_for_messages, say)
 from .memory import MemoryMeter
-from .sizes import allocate, plan_single_size, scan_numels
+from .sizes import allocate, plan_single_size, sweep_numels
 from .table import duration_text, emit_or_stop, note, output_failure, print_header, print_row
 from .timing import STATS, summarize, time_op
 
@@ -55,9 +57,14 @@ def run_meta(args, comm, ops):
         versions["deepspeed"] = sys.modules["deepspeed"].__version__
     return {
         "ops": list(ops), "dist": comm.name, "backend": comm.backend, "device": comm.device.type,
-        "dtype": args.dtype, "world_size": comm.world_size, "hostnames": comm.hostnames,
+        "dtype": args.dtype, "dtypes": dtypes_for(args, comm.backend),
+        "reduce_op": getattr(args, "op", "sum"), "world_size": comm.world_size,
+        "hostnames": comm.hostnames,
         "versions": versions, "trials": args.trials, "warmups": args.warmups,
         "async_op": args.async_op, "scan": args.scan, "maxsize": args.maxsize,
+        "minsize": getattr(args, "minsize", 1), "min_bytes": getattr(args, "min_bytes", None),
+        "max_bytes": getattr(args, "max_bytes", None),
+        "step_factor": getattr(args, "step_factor", None),
         "mem_factor": args.mem_factor, "bw_unit": args.bw_unit, "check": args.check,
         "time_budget": args.time_budget,
         "stats": args.stats, "command": [sys.executable] + sys.argv,
@@ -97,12 +104,16 @@ def timed_collective(collective, input, output, args, comm, meter=None):
     n, size, numel = comm.world_size, input.element_size() * input.nelement(), input.nelement()
     tput, busbw = get_bw(collective, size, timing.mean, n, "GBps")
     record = {"op": collective.name, "world_size": n, "size_bytes": size, "numel": numel,
-              "element_size": input.element_size(), "trials": timing.count,
+              "element_size": input.element_size(),
+              "dtype": str(input.dtype).removeprefix("torch.") if collective.payload else None,
+              "trials": timing.count,
               "trials_per_rank": [int(figures[1]) for figures in per_rank],
               "duration_s": timing.mean, "throughput_Bps": tput, "busbw_Bps": busbw,
               "durations_per_rank_s": [figures[0] for figures in per_rank], "wrong": wrong,
               "memory_used_per_rank_bytes": [None if figures[2] < 0 else int(figures[2])
                                              for figures in per_rank]}
+    if collective.reduces:
+        record["reduce_op"] = getattr(args, "op", "sum")
     extra = [str(timing.count)] if args.time_budget else []
     if args.stats:
         record["stats"] = dict(zip(STATS, per_rank[0][3:]))
@@ -120,8 +131,9 @@ def timed_collective(collective, input, output, args, comm, meter=None):
             comm.failures.append(f"{collective.name} at {size} bytes per rank: {wrong} wrong "
                                  f"element{'s' if wrong > 1 else ''}")
     scale = 8 if args.bw_unit == "Gbps" else 1
-    print_row(args, comm, size, f"{numel}x{input.element_size()}", timing.mean, tput * scale,
-              busbw * scale, extra)
+    description = f"{numel}x{input.element_size()}" if collective.payload else "-"
+    print_row(args, comm, size, description, timing.mean, tput and tput * scale,
+              busbw and busbw * scale, extra)
     if comm.results is not None:
         with RESULTS_LOCK:
             try:
@@ -147,19 +159,47 @@ def _progress(comm, op_name, total):
     return tqdm(total=total, desc=op_name, unit="size", leave=False, file=sys.stderr)
 
 
+def runs_per_dtype(args, comm):
+    """One copy of `args` per dtype of --dtype (a list, or `all` of what the backend moves),
+    each naming its dtype alone; sizes below one element of any of them are refused first."""
+    names = dtypes_for(args, comm.backend)
+    if getattr(args, "min_bytes", None) is not None:
+        for name in names:
+            size = get_dtype(name).itemsize
+            if args.min_bytes < size:
+                raise UsageError(f"--min-bytes {args.min_bytes} is below one element of {name} "
+                                 f"({size} bytes)")
+    return [argparse.Namespace(**{**vars(args), "dtype": name}) for name in names]
+
+
 def run_collective(collective, args, comm):
-    """The header, then one row per message size: a scan, or the largest size that fits."""
+    """For each dtype of the run, the header, then one row per message size: a scan, or the
+    largest size that fits. An op without payload (barrier) runs once, whatever the dtypes."""
     if comm.world_size < collective.min_world_size:
         raise BenchmarkError(f"{collective.name} needs at least {collective.min_world_size} ranks, "
                              f"this world has {comm.world_size}; launch it with e.g. "
                              f"torchrun --nproc_per_node {collective.min_world_size}")
-    if args.scan:
-        numels = scan_numels(comm.world_size, args.maxsize)
+    runs = runs_per_dtype(args, comm)
+    several = len(runs) > 1 and collective.payload
+    records = []
+    for one in runs if collective.payload else runs[:1]:
+        records += _run_sizes(collective, one, comm, one.dtype if several else None)
+    return records
+
+
+def _run_sizes(collective, args, comm, dtype_shown):
+    """One table: the header (naming the dtype when the run has several), one row per size."""
+    if args.scan or not collective.payload:
+        numels = sweep_numels(collective, args, comm.world_size)
     else:
         numel, plan = plan_single_size(collective, args, comm)
         note(comm, plan)
         numels = [numel]
-    print_header(args, collective.name, collective.shown_world_size or comm.world_size, comm)
+    qualifiers = [f"dtype {dtype_shown}"] if dtype_shown else []
+    if collective.reduces and getattr(args, "op", "sum") != "sum":
+        qualifiers.append(f"op {args.op}")
+    print_header(args, collective.name, collective.shown_world_size or comm.world_size, comm,
+                 qualifiers)
     records, bar = [], _progress(comm, collective.name, len(numels))
     for numel in numels:
         where = f"rank {comm.rank}: {collective.name} at {numel} elements of {args.dtype} per rank"

@@ -28,3 +28,20 @@ def float_in(low, high, what):
             raise argparse.ArgumentTypeError(f"must be {what}, got {text}")
         return value
     return parse
+
+
+_BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def byte_count(text):
+    """A message size in bytes: 8, 1K, 128M, 1G (1024-based, as nccl-tests' -b and -e read
+    them; a trailing B or iB is allowed: 4KiB, 4KB)."""
+    import re
+    match = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*", text, re.I)
+    if not match:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a byte count: give one such as 8, 1K, "
+                                         "128M or 1G")
+    value = int(match.group(1)) * _BYTE_UNITS[match.group(2).upper()]
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text}")
+    return value

@@ -18,7 +18,7 @@ FORMATS = (".jsonl", ".csv", ".json")
 
 # The columns of a .csv file, in order; nested figures are flattened to these names.
 CSV_FIELDS = (
-    "op", "dist", "backend", "device", "dtype", "world_size", "size_bytes", "numel",
+    "op", "dist", "backend", "device", "dtype", "reduce_op", "world_size", "size_bytes", "numel",
     "element_size", "trials", "duration_s", "throughput_Bps", "busbw_Bps", "wrong",
     "min_s", "median_s", "p99_s", "max_s", "cv", "slowest_rank", "durations_per_rank_s",
     "trials_per_rank", "memory_used_per_rank_bytes",

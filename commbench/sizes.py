@@ -15,9 +15,38 @@ from .memory import free_device_memory, per_rank_memory, rank_memory_now
 from .table import note
 
 
-def scan_numels(world_size, maxsize):
-    """Per-rank element counts of a scan: n * 2^p for p = 1 .. maxsize - 1."""
-    return [world_size * 2 ** p for p in range(1, maxsize)]
+def scan_numels(world_size, maxsize, minsize=1):
+    """Per-rank element counts of a scan: n * 2^p for p = minsize .. maxsize - 1."""
+    return [world_size * 2 ** p for p in range(minsize, maxsize)]
+
+
+def message_numel(collective, size_bytes, element_size, world_size):
+    """The elements per rank that a message of `size_bytes` per rank becomes: whole elements,
+    rounded down, and for an op whose input splits into n equal chunks (all_to_all,
+    reduce_scatter, scatter) down to a multiple of n, at least n (rounded up to it)."""
+    numel = max(1, size_bytes // element_size)
+    if collective.size_rule == SPLIT:
+        numel = max(world_size, numel - numel % world_size)
+    return numel
+
+
+def sweep_numels(collective, args, world_size):
+    """The per-rank element counts of a --scan: by exponents (--minsize/--maxsize, SPEC §4), or
+    in bytes (--min-bytes, x --step-factor, up to --max-bytes, each size as message_numel
+    rounds it; a size that rounds to one already measured is measured once). An op without
+    payload (barrier) has one size, none."""
+    if not collective.payload:
+        return [0]
+    if getattr(args, "min_bytes", None) is None:
+        return scan_numels(world_size, args.maxsize, getattr(args, "minsize", 1))
+    element_size = get_dtype(args.dtype).itemsize
+    numels, size = [], args.min_bytes
+    while size <= args.max_bytes:
+        numel = message_numel(collective, size, element_size, world_size)
+        if numel not in numels:
+            numels.append(numel)
+        size = max(size + 1, int(size * args.step_factor))
+    return numels
 
 
 def in_flight(args):

@@ -64,6 +64,7 @@ def convert_size(size_bytes):
 
 
 def get_metric_strings(args, tput, busbw, duration):
+    """Throughput, BusBW and Duration as printed; a bandwidth of None (barrier) is '-'."""
     duration_us = duration * 1e6
     if args.raw:
         duration_text = f"{duration_us:.3f}"
@@ -71,7 +72,8 @@ def get_metric_strings(args, tput, busbw, duration):
         duration_text = f"{duration_us:.3f} us"
     else:
         duration_text = f"{duration * 1e3:.3f} ms"
-    return f"{tput / 1e9:.3f}", f"{busbw / 1e9:.3f}", duration_text
+    return ("-" if tput is None else f"{tput / 1e9:.3f}",
+            "-" if busbw is None else f"{busbw / 1e9:.3f}", duration_text)
 
 
 def _extra_columns(args):
@@ -86,18 +88,20 @@ def _extra_columns(args):
     return columns
 
 
-def header_text(args, op_name, world_size):
-    """A blank line, the op's title line, the column line and a line of dashes."""
+def header_text(args, op_name, world_size, qualifiers=()):
+    """A blank line, the op's title line, the column line and a line of dashes. `qualifiers`
+    follow the device count in the title when the run has them (`dtype bfloat16`, `op max`)."""
     duration = "Duration (us)" if args.raw else "Duration"
     tput, busbw = f"Throughput ({args.bw_unit})", f"BusBW ({args.bw_unit})"
     extra = "".join(f" {title:{width}s}" for title, width in _extra_columns(args))
-    return (f"\n---- Performance of {op_name} on {world_size} devices " + "-" * 57 + "\n"
+    title = "".join(f", {q}" for q in qualifiers)
+    return (f"\n---- Performance of {op_name} on {world_size} devices{title} " + "-" * 57 + "\n"
             f"{'Size (Bytes)':20s} {'Description':25s} {duration:20s} {tput:20s} "
             f"{busbw:20s}{extra}\n" + "-" * 100)
 
 
-def print_header(args, op_name, world_size, comm):
-    print_rank_0(comm, header_text(args, op_name, world_size))
+def print_header(args, op_name, world_size, comm, qualifiers=()):
+    print_rank_0(comm, header_text(args, op_name, world_size, qualifiers))
 
 
 def print_row(args, comm, size, description, duration, tput, busbw, extra=()):

@@ -21,7 +21,8 @@ PLAN = re.compile(r"commbench: (?P<op>\w+): per-rank memory (?P<memory>\d+) B \(
                   r"(?P<element_size>\d+) B; buffers \((?P<parts>[^)]*)\) x \d+ B \+ (?P<reserve>\d+) "
                   r"B reserve = (?P<need>\d+) B, (?P<verdict>within|over) the (?P<usable>\d+) B usable "
                   r"\(90%\)(?:, so capped)?; planned: (?P<numel>\d+) elements, (?P<planned>\d+) B$")
-HEADER = re.compile(r"^---- Performance of (\w+) on (\d+) devices -+$")
+# The title line; a run of several dtypes or another --op names them after the device count.
+HEADER = re.compile(r"^---- Performance of (\w+) on (\d+) devices((?:, \w+ \w+)*) -+$")
 ROW_LINE = re.compile(r"^\S")
 
 
@@ -55,6 +56,7 @@ class Table:
     devices: int
     columns: list
     rows: list = field(default_factory=list)
+    qualifiers: dict = field(default_factory=dict)  # {"dtype": "bfloat16", "op": "max"}
 
 
 @dataclass
@@ -97,7 +99,8 @@ def parse_tables(stdout):
             *columns, extra = split_row(lines[i + 1])
             columns += extra
             assert lines[i + 2] == "-" * 100, f"no dash line under the header:\n{stdout}"
-            current = Table(match.group(1), int(match.group(2)), columns)
+            qualifiers = dict(part.split(" ") for part in match.group(3).split(", ")[1:])
+            current = Table(match.group(1), int(match.group(2)), columns, qualifiers=qualifiers)
             tables.append(current)
             i += 3
             continue

@@ -3,6 +3,8 @@
 import math
 
 OPS = ["all_reduce", "all_gather", "all_to_all", "reduce_scatter", "pt2pt", "broadcast"]
+# The four that nccl-tests and PARAM have besides (run_all.py runs them with their flags or --all).
+MORE_OPS = ["reduce", "gather", "scatter", "barrier"]
 
 # Throughput and BusBW as multiples of S/t for world size n.
 THROUGHPUT = {
@@ -12,6 +14,11 @@ THROUGHPUT = {
     "reduce_scatter": lambda n: 1,
     "broadcast": lambda n: 1,
     "pt2pt": lambda n: 1,
+    # nccl-tests doc/PERFORMANCE.md: reduce S/t; gather the gathered nS/t; scatter, whose Size
+    # is the root's whole message as reduce_scatter's, S/t.
+    "reduce": lambda n: 1,
+    "gather": lambda n: n,
+    "scatter": lambda n: 1,
 }
 BUSBW = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
@@ -20,6 +27,9 @@ BUSBW = {
     "reduce_scatter": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1,
     "pt2pt": lambda n: 1,
+    "reduce": lambda n: 1,
+    "gather": lambda n: n - 1,
+    "scatter": lambda n: (n - 1) / n,
 }
 
 

@@ -40,7 +40,7 @@ if __name__ == "__main__":
 '''
 
 # The line.
-REGISTERED = '"pt2pt", "broadcast", "all_reduce_max")'
+REGISTERED = '"scatter", "barrier", "all_reduce_max")'
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def tree(tmp_path_factory):
                     ignore=shutil.ignore_patterns("__pycache__"))
     (copy / "all_reduce_max.py").write_text(OP_SCRIPT)
     constants = (copy / "constants.py").read_text()
-    changed = constants.replace('"pt2pt", "broadcast")', REGISTERED)
+    changed = constants.replace('"scatter", "barrier")', REGISTERED)
     assert len(changed.splitlines()) == len(constants.splitlines()) and changed != constants
     (copy / "constants.py").write_text(changed)
     return copy
@@ -81,11 +81,14 @@ def test_new_op_runs_through_run_all(tree, tmp_path, nproc):
 
 
 def test_new_op_joins_every_op_and_the_original_names(tree, tmp_path):
-    result = launch(str(tree / "run_all.py"), "--scan", "--maxsize=3", "--trials=2",
+    # --all runs every registered op in the registered order; with no op named, run_all.py
+    # keeps running the original six (test_scan.py), so a new op runs with its flag or --all.
+    result = launch(str(tree / "run_all.py"), "--all", "--scan", "--maxsize=3", "--trials=2",
                     "--dist=torch", nproc=2)
     assert result.returncode == 0, result
     assert result.ops == ["all_reduce", "all_gather", "all_to_all", "reduce_scatter", "pt2pt",
-                          "broadcast", "all_reduce_max"]
+                          "broadcast", "reduce", "gather", "scatter", "barrier",
+                          "all_reduce_max"]
     help_text = launch(str(tree / "run_all.py"), "--help").stdout
     assert re.search(r"--all-reduce-max\s+run all_reduce_max", help_text), help_text
     probe = tmp_path / "probe.py"

@@ -4,7 +4,7 @@ mean at latency-bound (< 64 KiB) and bandwidth-bound (>= 1 MiB) sizes, and a ver
 import json
 import math
 
-from .runs import OPS
+from .runs import op_order
 
 SMALL = 64 * 1024  # below: latency-bound messages
 LARGE = 1024 * 1024  # from here: bandwidth-bound messages
@@ -41,8 +41,7 @@ def compare(a, b, threshold):
     if a.dtype and b.dtype and a.dtype != b.dtype:
         warnings.append(f"dtypes differ: {a.dtype} ({a.label}) vs {b.dtype} ({b.label})")
     ops = []
-    for op in [o for o in OPS if o in a.ops or o in b.ops] + \
-            sorted(o for o in set(a.ops) | set(b.ops) if o not in OPS):
+    for op in op_order(list(a.ops) + list(b.ops)):
         mine, theirs = a.ops.get(op, {}), b.ops.get(op, {})
         rows = []
         for size in sorted(set(mine) & set(theirs)):

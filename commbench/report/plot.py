@@ -1,7 +1,7 @@
 """`report.py plot`: bus bandwidth and latency against message size, one line per run.
 matplotlib is imported only here, when a plot is asked for."""
 
-from .runs import OPS, ReportError
+from .runs import ReportError, op_order
 
 
 def _byte_label(value, _position=None):
@@ -19,8 +19,8 @@ def plot(runs, output):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
-    ops = [op for op in OPS if any(op in run.ops for run in runs)]
-    ops += sorted({op for run in runs for op in run.ops} - set(ops))
+    # Sized ops only: a barrier (size 0) has no place on a log-size axis.
+    ops = op_order(op for run in runs for op, data in run.ops.items() if any(s > 0 for s in data))
     if not ops:
         raise ReportError("nothing to plot: the runs hold no measurements")
     figure, axes = plt.subplots(len(ops), 2, figsize=(12, 3.4 * len(ops)), squeeze=False)
@@ -29,7 +29,7 @@ def plot(runs, output):
             data = run.ops.get(op)
             if not data:
                 continue
-            sizes = sorted(data)
+            sizes = sorted(s for s in data if s > 0)
             bandwidth.plot(sizes, [data[s].busbw / 1e9 for s in sizes], marker=".",
                            label=run.label)
             latency.plot(sizes, [data[s].duration * 1e6 for s in sizes], marker=".",

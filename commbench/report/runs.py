@@ -13,6 +13,15 @@ from .. import results
 OPS = constants.OPS  # report order: the suite's own ops first, others after
 
 
+def op_order(keys):
+    """Op keys in report order: the suite's ops in their order (each op's dtypes in the order
+    they came, `all_reduce` before `all_reduce bfloat16`), then any other op by name."""
+    keys = list(dict.fromkeys(keys))
+    base = [k.split()[0] for k in keys]
+    known = [k for op in OPS for k, b in zip(keys, base) if b == op]
+    return known + sorted(k for k, b in zip(keys, base) if b not in OPS)
+
+
 class ReportError(Exception):
     """A file that cannot be read or understood: one line, exit 1."""
 
@@ -30,7 +39,8 @@ class Run:
     label: str
     world_size: object = None
     dtype: object = None
-    ops: dict = field(default_factory=dict)  # op -> {size: Measurement}
+    # op -> {size: Measurement}; a run of several dtypes keys each as "op dtype"
+    ops: dict = field(default_factory=dict)
 
 
 def load_run(path):
@@ -72,13 +82,16 @@ def _from_results(path):
                 "the meta record alone: the run measured nothing" if meta else
                 "not a results file of this suite") + ")")
         world_sizes = {r["world_size"] for r in records}
-        dtypes = {r.get("dtype") or meta.get("dtype") for r in records}
+        dtypes = {r.get("dtype") or meta.get("dtype") for r in records if "dtype" not in r
+                  or r["dtype"] is not None}
         run = Run(path, _label(meta or records[0], path),
                   world_sizes.pop() if len(world_sizes) == 1 else None,
-                  dtypes.pop() if len(dtypes) == 1 else None)
+                  next(iter(dtypes)) if len(dtypes) == 1 else None)
         for r in records:
-            run.ops.setdefault(r["op"], {})[r["size_bytes"]] = Measurement(
-                r["size_bytes"], float(r["duration_s"]), float(r["busbw_Bps"]))
+            key = r["op"] if len(dtypes) < 2 or not r.get("dtype") else f"{r['op']} {r['dtype']}"
+            busbw = r["busbw_Bps"]  # None: an op without payload (barrier)
+            run.ops.setdefault(key, {})[r["size_bytes"]] = Measurement(
+                r["size_bytes"], float(r["duration_s"]), 0.0 if busbw is None else float(busbw))
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise ReportError(f"{path}: not a results file of this suite ({type(error).__name__}: "
                           f"{error})") from None
@@ -87,7 +100,7 @@ def _from_results(path):
     return run
 
 
-HEADER = re.compile(r"^---- Performance of (\w+) on (\d+) devices")
+HEADER = re.compile(r"^---- Performance of (\w+) on (\d+) devices(?:, dtype (\w+))?")
 
 
 def _from_table(path, text):
@@ -97,7 +110,7 @@ def _from_table(path, text):
     for line in text.splitlines():
         header = HEADER.match(line)
         if header:
-            op = header.group(1)
+            op = header.group(1) + (f" {header.group(3)}" if header.group(3) else "")
             if op != "pt2pt":  # pt2pt's header always says 2 devices
                 world.add(int(header.group(2)))
             continue
@@ -106,7 +119,14 @@ def _from_table(path, text):
             scale = 8 if "(Gbps)" in line else 1
             continue
         fields = line.split()
-        if op is None or len(fields) < 5 or not re.fullmatch(r"\d+x\d+", fields[1 if raw else 2]):
+        if op is None or len(fields) < 5:
+            continue
+        if fields[1 if raw else 2] == "-":  # an op without payload (barrier): latency alone
+            duration = float(fields[2]) * 1e-6 if raw else \
+                float(fields[3]) * (1e-3 if fields[4] == "ms" else 1e-6)
+            run.ops.setdefault(op, {})[0] = Measurement(0, duration, 0.0)
+            continue
+        if not re.fullmatch(r"\d+x\d+", fields[1 if raw else 2]):
             continue
         if raw:
             description, duration, busbw = fields[1], float(fields[2]) * 1e-6, float(fields[4])
