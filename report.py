@@ -3,6 +3,7 @@
   python report.py compare A B [--threshold 1.10] [--format text|markdown|json]
   python report.py plot A [B ...] -o curves.png
   python report.py strategy RESULTS --params 7B [--world-size N] [--gpu-mem 80] ...
+  python report.py buckets RESULTS --grad-mb G [--backward-ms T] [--plot buckets.png]
 
 A and B are result files of `--output` (.jsonl, .json, .csv), saved stdout of the suite
 (a tee'd table, --raw or not, several ops in one file), or nccl-tests text output.
@@ -13,7 +14,7 @@ import argparse
 import sys
 
 from commbench.numbers import float_in, int_at_least
-from commbench.report import strategy
+from commbench.report import buckets, strategy
 from commbench.report.compare import compare, render
 from commbench.report.plot import plot
 from commbench.report.runs import ReportError, load_run
@@ -68,10 +69,25 @@ def main(argv=None):
     plan.add_argument("--pp", type=_at_least_0, default=0,
                       help="also estimate this many pipeline stages")
     plan.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    bucket = commands.add_parser("buckets", help="which gradient bucket size to use, from a "
+                                                 "measured all_reduce curve")
+    bucket.add_argument("results", help="a results file with an all_reduce --scan (with "
+                                        "--overlap: the exposed time uses its overlap %%)")
+    bucket.add_argument("--grad-mb", type=_positive, required=True,
+                        help="gradient bytes per step, MiB (fp32: 4 x parameters / 2^20)")
+    bucket.add_argument("--backward-ms", type=_positive,
+                        help="backward time per step: buckets start as backward produces them")
+    bucket.add_argument("--plot", metavar="PATH", help="also draw both curves to PATH (PNG)")
     args = parser.parse_args(argv)
     try:
         if args.command == "strategy":
             print(_strategy(args))
+        elif args.command == "buckets":
+            advice = buckets.advise(args.results, args.grad_mb, args.backward_ms)
+            print(buckets.render(advice))
+            if args.plot:
+                buckets.plot(advice, args.plot)
+                print(f"{PROG}: wrote {args.plot}", file=sys.stderr)
         elif args.command == "compare":
             print(render(compare(load_run(args.a), load_run(args.b), args.threshold),
                          args.format))

@@ -50,6 +50,24 @@ def _minsize(text):
 _mem_factor = float_in(0, 1, "in (0, 1]")
 _step_factor = float_in(1, 1e6, "greater than 1 (each size is the last one times it)")
 _positive_seconds = float_in(0, 1e6, "a positive number of seconds")
+_overlap_factor = float_in(0, 1000, "in (0, 1000]")
+
+
+def _cpu_list(text):
+    """CPU numbers as taskset takes them (0-3,6), each one this process may run on."""
+    cpus = set()
+    try:
+        for part in text.split(","):
+            low, _, high = part.partition("-")
+            cpus.update(range(int(low), int(high or low) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a CPU list such as 0-3,6") from None
+    allowed = os.sched_getaffinity(0)
+    if not cpus or not cpus <= allowed:
+        usable = ",".join(map(str, sorted(allowed)))
+        raise argparse.ArgumentTypeError(f"CPUs {text} are not all ones this process may use "
+                                         f"({usable})")
+    return cpus
 
 
 def _dtype_names(text):
@@ -79,6 +97,8 @@ def _settle(parser, args):
         args.step_factor = args.step_factor or constants.DEFAULT_STEP_FACTOR
         if args.min_bytes > args.max_bytes:
             parser.error(f"--min-bytes {args.min_bytes} is above --max-bytes {args.max_bytes}")
+    if args.compute_cpus and not args.overlap:
+        parser.error("--compute-cpus places --overlap's windows; give --overlap too")
     names = dtype_list(args.dtype)
     if in_bytes:
         for name in names or ():
@@ -166,6 +186,17 @@ def benchmark_parser():
                              "count wrong elements (column Wrong; any wrong: exit status 1)")
     parser.add_argument("--stats", action="store_true",
                         help="time every trial too: median, p99 and the slowest rank per size")
+    parser.add_argument("--overlap", action="store_true",
+                        help="per size, also time the op issued asynchronously (Comm), a compute "
+                             "phase as long (Compute), both together (Overlapped), and how much "
+                             "of the op hid behind the compute (Overlap %%, as OSU's)")
+    parser.add_argument("--overlap-factor", type=_overlap_factor, default=1.0, metavar="F",
+                        help="--overlap's compute phase lasts F times the pure collective "
+                             "(default 1, as OSU's; a backward pass is often much longer)")
+    parser.add_argument("--compute-cpus", type=_cpu_list, default=None, metavar="LIST",
+                        help="--overlap on CPU: run each rank's windows (the op's issue and the "
+                             "compute) on these CPUs only (0-3,6), leaving the others to the "
+                             "backend's progress threads, as oneCCL's CCL_WORKER_AFFINITY does")
     parser.add_argument("--output", metavar="PATH",
                         help="write results to PATH as it runs: .jsonl, .csv or .json")
     parser.add_argument("--overwrite", action="store_true",

@@ -100,6 +100,7 @@ class Comm:
     # --op as the layer's ReduceOp, for the reducing ops' calls: () for SUM, the calls' default,
     # so that the default call is the original's.
     reduce_args: tuple = ()
+    compute: object = None  # --overlap's compute phase (overlap.Compute), made at first use
     results: object = None  # rank 0's results writer (results.py), with --output
     failures: list = field(default_factory=list)  # --check: "op at size" that had wrong elements
     # This rank's own reason to stop (its output failed): a BenchmarkError it ends with once the

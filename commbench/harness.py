@@ -3,6 +3,7 @@ the run's start (process group and results file) and end; and the entry point ev
 hands its run function to."""
 
 import argparse
+import functools
 import platform
 import sys
 import time
@@ -20,7 +21,8 @@ from .guard import (RESULTS_LOCK, agree_to_go_on, deadline, guard_stop_signals, 
 from .memory import MemoryMeter
 from .sizes import allocate, plan_single_size, sweep_numels
 from .table import duration_text, emit_or_stop, note, output_failure, print_header, print_row
-from .timing import STATS, summarize, time_op
+from . import overlap
+from .timing import STATS, summarize, time_op, window
 
 
 def init_processes(local_rank, args, ops=None):
@@ -67,7 +69,10 @@ def run_meta(args, comm, ops):
         "step_factor": getattr(args, "step_factor", None),
         "mem_factor": args.mem_factor, "bw_unit": args.bw_unit, "check": args.check,
         "time_budget": args.time_budget,
-        "stats": args.stats, "command": [sys.executable] + sys.argv,
+        "stats": args.stats, "overlap": getattr(args, "overlap", False),
+        "overlap_factor": getattr(args, "overlap_factor", 1.0),
+        "compute_cpus": sorted(getattr(args, "compute_cpus", None) or []) or None,
+        "torch_threads": torch.get_num_threads(), "command": [sys.executable] + sys.argv,
         "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
@@ -92,6 +97,8 @@ def timed_collective(collective, input, output, args, comm, meter=None):
     """
     call = collective.bind(comm, input, output, args.async_op)
     timing = time_op(call, args, comm)
+    hidden = _overlap(collective, input, output, timing.count, args, comm) \
+        if getattr(args, "overlap", False) else None
     wrong = None
     if args.check:
         wrong = comm.sum_over_ranks(count_wrong(collective, call, input, output, args, comm))
@@ -125,6 +132,12 @@ def timed_collective(collective, input, output, args, comm, meter=None):
         record["slowest_rank"] = slowest
         extra = [duration_text(args, record["stats"]["median_s"]),
                  duration_text(args, record["stats"]["p99_s"]), str(slowest)]
+    if hidden is not None:
+        everyone = comm.gather_figures(hidden.figures())
+        record["overlap"] = dict(zip(overlap.FIELDS, hidden.figures()))
+        record["overlap_pct_per_rank"] = [figures[3] for figures in everyone]
+        extra += [duration_text(args, hidden.comm_s), duration_text(args, hidden.compute_s),
+                  duration_text(args, hidden.total_s), f"{hidden.overlap_pct:.1f}"]
     if args.check:
         extra.append(str(wrong))
         if wrong:
@@ -146,6 +159,17 @@ def timed_collective(collective, input, output, args, comm, meter=None):
         emit_or_stop(comm, sys.stderr, f"{PROG}: [rank {comm.rank}] "
                                        f"{collective.debug(comm, input, output)}", "--debug output")
     return record
+
+
+def _overlap(collective, input, output, count, args, comm):
+    """--overlap's three windows for this size (commbench.overlap), with the op issued
+    asynchronously whatever --async-op says; the compute phase is calibrated once per run."""
+    if comm.compute is None:
+        comm.compute = overlap.Compute(comm, getattr(args, "compute_cpus", None))
+        note(comm, comm.compute.describe())
+    call = collective.bind(comm, input, output, True)
+    return overlap.measure(call, count, comm, comm.compute, functools.partial(window, comm=comm),
+                           getattr(args, "overlap_factor", 1.0))
 
 
 def _progress(comm, op_name, total):

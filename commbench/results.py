@@ -20,7 +20,8 @@ FORMATS = (".jsonl", ".csv", ".json")
 CSV_FIELDS = (
     "op", "dist", "backend", "device", "dtype", "reduce_op", "world_size", "size_bytes", "numel",
     "element_size", "trials", "duration_s", "throughput_Bps", "busbw_Bps", "wrong",
-    "min_s", "median_s", "p99_s", "max_s", "cv", "slowest_rank", "durations_per_rank_s",
+    "min_s", "median_s", "p99_s", "max_s", "cv", "slowest_rank", "comm_s", "compute_s", "total_s",
+    "overlap_pct", "durations_per_rank_s",
     "trials_per_rank", "memory_used_per_rank_bytes",
 )
 # Per-rank lists, written to a .csv cell as space-separated figures ("-" for none).
@@ -133,6 +134,7 @@ class CsvWriter(_WholeRecords):
         row = {key: self._meta.get(key) for key in ("dist", "backend", "device", "dtype")}
         row.update(record)
         row.update(record.get("stats") or {})
+        row.update(record.get("overlap") or {})
         for key in CSV_LISTS:
             row[key] = " ".join("-" if x is None else repr(x) for x in record.get(key, ()))
         self.append(self._row(lambda writer: writer.writerow(
@@ -194,7 +196,7 @@ def _typed_csv_row(row):
     integers = ("world_size", "size_bytes", "numel", "element_size", "trials", "wrong",
                 "slowest_rank")
     floats = ("duration_s", "throughput_Bps", "busbw_Bps", "min_s", "median_s", "p99_s", "max_s",
-              "cv")
+              "cv", "comm_s", "compute_s", "total_s", "overlap_pct")
     typed = dict(row)
     for key in integers:
         typed[key] = int(row[key]) if row.get(key) else None

@@ -78,11 +78,14 @@ def get_metric_strings(args, tput, busbw, duration):
 
 def _extra_columns(args):
     """(title, width) of the columns after BusBW: --time-budget's trial count, --stats
-    figures, then --check's Wrong."""
+    figures, --overlap's, then --check's Wrong."""
     unit = " (us)" if args.raw else ""
     columns = [("Trials", 10)] if args.time_budget else []
     if args.stats:
         columns += [(f"Median{unit}", 20), (f"P99{unit}", 20), ("Slowest", 10)]
+    if getattr(args, "overlap", False):
+        columns += [(f"Comm{unit}", 20), (f"Compute{unit}", 20), (f"Overlapped{unit}", 20),
+                    ("Overlap %", 10)]
     if args.check:
         columns.append(("Wrong", 10))
     return columns

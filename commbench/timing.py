@@ -151,6 +151,18 @@ def time_op(call, args, comm):
     return Timing(marks.between(0, 1) / count, count)
 
 
+def window(fn, count, comm):
+    """Seconds of one fn() on this rank: `count` calls back to back between two marks, from a
+    point where every rank is idle and in step (--overlap's windows)."""
+    comm.sync_all()
+    marks = (_EventMarks if comm.on_accelerator else _HostMarks)(2, comm)
+    marks.mark(0)
+    for _ in range(count):
+        fn()
+    marks.mark(1)
+    return marks.between(0, 1) / count
+
+
 def percentile(ordered, q):
     """The q-th percentile of an ascending list, interpolated linearly between neighbours."""
     position = (len(ordered) - 1) * q / 100

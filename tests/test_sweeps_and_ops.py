@@ -71,8 +71,8 @@ def test_each_new_op_script_runs_alone(run, op):
 def test_new_ops_single_size_follow_their_rule(run):
     """Without --scan: the single-size plan of reduce (WHOLE), gather (GATHERED: a power of two)
     and scatter (SPLIT: n x a power of two); barrier has no size."""
-    result = run("run_all.py", "--reduce", "--gather", "--scatter", "--barrier", "--mem-factor=0.01",
-                 "--trials=1", "--warmups=0", "--check", "--dist=torch", nproc=3)
+    result = run("run_all.py", "--reduce", "--gather", "--scatter", "--barrier",
+                 "--mem-factor=0.01", "--trials=1", "--warmups=0", "--check", "--dist=torch", nproc=3)
     assert result.returncode == 0, result
     (gather,) = result.table("gather").rows
     (scatter,) = result.table("scatter").rows
@@ -156,7 +156,8 @@ def test_minsize_starts_the_scan_and_implies_it(run):
     (["--min-bytes=4K", "--max-bytes=1K"], "--min-bytes 4096 is above --max-bytes 1024"),
     (["--min-bytes=1K", "--step-factor=1"], "argument --step-factor: must be greater than 1"),
     (["--step-factor=0.5"], "argument --step-factor: must be greater than 1"),
-    (["--min-bytes=2", "--dtype=float32"], "--min-bytes 2 is below one element of float32 (4 bytes)"),
+    (["--min-bytes=2", "--dtype=float32"],
+     "--min-bytes 2 is below one element of float32 (4 bytes)"),
     (["--min-bytes=12X"], "argument --min-bytes: '12X' is not a byte count"),
     (["--minsize=3", "--max-bytes=1M"], "give message sizes as exponents (--minsize/--maxsize) or "
                                         "in bytes"),

@@ -1,0 +1,184 @@
+"""`report.py buckets`: which gradient bucket size to use, from a measured all_reduce curve.
+
+For each measured size b: G bytes of gradients all-reduced in buckets of b take
+floor(G/b) x t(b) + t(G mod b) (t from the curve, as the strategy estimate reads it). With a
+backward time T, buckets become ready as backward produces them, evenly over T (bucket i of k
+at i/k x T); each starts when it is ready and the one before it has finished (one
+communication stream, as DDP's); while backward still runs, the share of each bucket's time
+that the run's --overlap measured as not hidden (100 - overlap %) adds to the step. What is left
+after T, plus that, is the exposed communication of the step. Standard library only."""
+
+from dataclasses import dataclass, field
+
+from .. import results
+from .runs import ReportError
+from .strategy import Curves
+
+MIB = 1 << 20
+DDP_DEFAULT_BYTES = 25 * MIB  # torch DistributedDataParallel(bucket_cap_mb=25)
+DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000  # zero_optimization.reduce_bucket_size default
+
+
+@dataclass
+class Row:
+    bucket: int  # bytes
+    buckets: int  # calls per step
+    comm_s: float  # all buckets one after the other
+    exposed_s: float = None  # with a backward time: what the step waits for after backward
+    extrapolated: bool = False
+    measured: bool = True  # a size of the curve (False: a default put beside it)
+
+
+@dataclass
+class Advice:
+    grad_bytes: int
+    backward_s: float
+    element_size: int
+    overlap_source: str  # where the hidden share came from
+    rows: list = field(default_factory=list)  # measured sizes, ascending
+    defaults: dict = field(default_factory=dict)  # name -> Row
+    best: Row = None
+
+
+def _overlap_curve(records):
+    """(size, overlap %) of the all_reduce records that carry --overlap figures."""
+    return sorted((r["size_bytes"], float(r["overlap"]["overlap_pct"])) for r in records
+                  if r.get("op") == "all_reduce" and isinstance(r.get("overlap"), dict))
+
+
+def _hidden_share(points, size):
+    """The fraction of a bucket's time hidden behind backward, from the nearest measured size
+    at or below `size` (the largest measured beyond it)."""
+    below = [pct for s, pct in points if s <= size]
+    return (below[-1] if below else points[0][1]) / 100
+
+
+def evaluate(curves, grad_bytes, bucket, backward_s=None, overlap=None, measured=True):
+    """The Row of one bucket size."""
+    full, rest = divmod(grad_bytes, bucket)
+    sizes = [bucket] * int(full) + ([rest] if rest else [])
+    times = [curves.time("all_reduce", s) for s in sizes]
+    row = Row(bucket, len(sizes), sum(t.seconds for t in times),
+              extrapolated=any(t.extrapolated for t in times), measured=measured)
+    if backward_s is not None:
+        hidden = _hidden_share(overlap, bucket) if overlap else 1.0
+        end, slowed = 0.0, 0.0  # when the last bucket's all_reduce ends; backward's extra time
+        produced = 0
+        for size, estimate in zip(sizes, times):
+            produced += size
+            start = max(end, backward_s * produced / grad_bytes)
+            end = start + estimate.seconds
+            during = max(0.0, min(end, backward_s) - start)  # this bucket's time under backward
+            slowed += during * (1 - hidden)
+        row.exposed_s = max(0.0, end - backward_s) + slowed
+    return row
+
+
+def advise(path, grad_mb, backward_ms=None):
+    """The Advice for `grad_mb` MiB of gradients from the all_reduce curve in `path`."""
+    try:
+        meta, records = results.read(path)
+    except (OSError, ValueError, KeyError, results.ResultsError) as error:
+        raise ReportError(f"{path}: not a results file of this suite ({error})") from None
+    mine = [r for r in records if r.get("op") == "all_reduce" and r.get("size_bytes")]
+    if not mine:
+        raise ReportError(f"{path}: no all_reduce results in it; measure a curve with "
+                          "all_reduce.py --scan --output FILE (add --overlap for exposed time)")
+    if len({r.get("dtype") for r in mine}) > 1:
+        raise ReportError(f"{path}: all_reduce was measured in several dtypes; give a run of the "
+                          "gradients' dtype alone")
+    from .runs import Measurement
+    curves = Curves({"all_reduce": {r["size_bytes"]: Measurement(
+        r["size_bytes"], float(r["duration_s"]), 0.0) for r in mine}})
+    grad_bytes = int(grad_mb * MIB)
+    backward_s = None if backward_ms is None else backward_ms / 1e3
+    overlap = _overlap_curve(mine)
+    source = ("the run's --overlap figures" if overlap else
+              "none measured: buckets are assumed fully hidden while backward runs (run the "
+              "scan with --overlap for the measured share)")
+    element_size = int(mine[0].get("element_size") or 4)
+    advice = Advice(grad_bytes, backward_s, element_size, source)
+    for size in sorted({r["size_bytes"] for r in mine}):
+        if size <= grad_bytes:
+            advice.rows.append(evaluate(curves, grad_bytes, size, backward_s, overlap))
+    if not advice.rows:
+        raise ReportError(f"{path}: every measured size is larger than {grad_mb:g} MiB of "
+                          "gradients; scan smaller sizes or give more --grad-mb")
+    for name, bucket in (("DDP default (bucket_cap_mb=25)", DDP_DEFAULT_BYTES),
+                         (f"DeepSpeed reduce_bucket_size default (5e8 elements x "
+                          f"{element_size} B)", DEEPSPEED_REDUCE_BUCKET_ELEMENTS * element_size)):
+        advice.defaults[name] = evaluate(curves, grad_bytes, min(bucket, grad_bytes), backward_s,
+                                         overlap, measured=False)
+    key = (lambda r: (r.exposed_s, r.comm_s)) if backward_s is not None else \
+        (lambda r: (r.comm_s, -r.bucket))
+    advice.best = min(advice.rows, key=key)
+    return advice
+
+
+def _size(nbytes):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", MIB), ("KiB", 1024)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{nbytes} B"
+
+
+def _ms(seconds):
+    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
+def render(advice):
+    exposed = advice.backward_s is not None
+    lines = [f"Gradients: {_size(advice.grad_bytes)} per step" +
+             (f", backward {advice.backward_s * 1e3:g} ms" if exposed else "") +
+             (f"; hidden share: {advice.overlap_source}" if exposed else ""), ""]
+    head = f"{'bucket':>12} {'buckets':>8} {'comm/step (ms)':>15}"
+    head += f" {'exposed/step (ms)':>18}" if exposed else ""
+    lines += [head]
+    named = [(row, "") for row in advice.rows] + \
+        [(row, f" <- {name.split(' (')[0]}") for name, row in advice.defaults.items()]
+    for row, tag in named:
+        text = (f"{_size(row.bucket):>12} {row.buckets:>8} {_ms(row.comm_s):>15}" +
+                (f" {_ms(row.exposed_s):>18}" if exposed else "") +
+                (" *" if row is advice.best else "") + tag +
+                (" (beyond the curve: extrapolated)" if row.extrapolated else ""))
+        lines.append(text)
+    best = advice.best
+    figure = (f"{_ms(best.exposed_s)} ms exposed per step" if exposed else
+              f"{_ms(best.comm_s)} ms of all_reduce per step")
+    lines += ["", f"Best bucket size: {_size(best.bucket)} ({best.buckets} buckets, {figure})."]
+    for name, row in advice.defaults.items():
+        mine = row.exposed_s if exposed else row.comm_s
+        theirs = best.exposed_s if exposed else best.comm_s
+        change = f"{(mine / theirs - 1) * 100:+.0f}%" if theirs > 0 else "n/a"
+        lines.append(f"{name}: {_size(row.bucket)} -> {_ms(mine)} ms ({change} against the best)" +
+                     (", extrapolated beyond the curve" if row.extrapolated else ""))
+    if not exposed:
+        lines.append("Only the per-call cost counts without a backward time, so large buckets "
+                     "win; give --backward-ms to weigh their late start against it.")
+    return "\n".join(lines)
+
+
+def plot(advice, output):
+    """Communication and exposed time per step against bucket size."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    figure, axis = plt.subplots(figsize=(8, 4.5))
+    sizes = [r.bucket for r in advice.rows]
+    axis.plot(sizes, [r.comm_s * 1e3 for r in advice.rows], marker=".",
+              label="all_reduce time per step")
+    if advice.backward_s is not None:
+        axis.plot(sizes, [r.exposed_s * 1e3 for r in advice.rows], marker=".",
+                  label="exposed per step")
+    axis.axvline(advice.best.bucket, color="grey", linestyle="--",
+                 label=f"best: {_size(advice.best.bucket)}")
+    axis.set_xscale("log", base=2)
+    axis.set_yscale("log")
+    axis.set_xlabel("bucket size (bytes)")
+    axis.set_ylabel("ms per step")
+    axis.set_title(f"{_size(advice.grad_bytes)} of gradients")
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(output)
+    plt.close(figure)
