@@ -1,6 +1,6 @@
 """From numbers to decisions: compare two runs of the suite (or an nccl-tests run).
 
-  python report.py compare A B [--threshold 1.10] [--format text|markdown|json]
+  python report.py compare A B [--threshold 1.10] [--noise-threshold 5] [--format text|markdown|json]
   python report.py plot A [B ...] -o curves.png
   python report.py strategy RESULTS --params 7B [--world-size N] [--gpu-mem 80] ...
   python report.py buckets RESULTS --grad-mb G [--backward-ms T] [--plot buckets.png]
@@ -33,6 +33,7 @@ class _Parser(argparse.ArgumentParser):
 _at_least_1 = int_at_least(1)
 _at_least_0 = int_at_least(0)
 _positive = float_in(0, 1e15, "a positive number")
+_percent = float_in(-1e-9, 100, "a percentage in [0, 100]")
 
 
 def main(argv=None):
@@ -43,6 +44,9 @@ def main(argv=None):
     cmp.add_argument("b")
     cmp.add_argument("--threshold", type=_positive, default=1.10,
                      help="mark sizes where B/A exceeds this (default %(default)s)")
+    cmp.add_argument("--noise-threshold", type=_percent, default=5.0, metavar="PERCENT",
+                     help="with --repeat runs: a significant change smaller than this is called "
+                          "noise (default %(default)s)")
     cmp.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     drawing = commands.add_parser("plot", help="bus bandwidth and latency curves of runs")
     drawing.add_argument("runs", nargs="+")
@@ -89,8 +93,8 @@ def main(argv=None):
                 buckets.plot(advice, args.plot)
                 print(f"{PROG}: wrote {args.plot}", file=sys.stderr)
         elif args.command == "compare":
-            print(render(compare(load_run(args.a), load_run(args.b), args.threshold),
-                         args.format))
+            print(render(compare(load_run(args.a), load_run(args.b), args.threshold,
+                                 args.noise_threshold / 100), args.format))
         else:
             plot([load_run(path) for path in args.runs], args.output)
             print(f"{PROG}: wrote {args.output}", file=sys.stderr)

@@ -186,6 +186,13 @@ def benchmark_parser():
                              "count wrong elements (column Wrong; any wrong: exit status 1)")
     parser.add_argument("--stats", action="store_true",
                         help="time every trial too: median, p99 and the slowest rank per size")
+    parser.add_argument("--repeat", type=int_at_least(1), default=1, metavar="R",
+                        help="time each size as R windows of --trials trials, spread over the "
+                             "run (one per pass over the sizes); the table gains a 95%% "
+                             "interval of Duration (default 1)")
+    parser.add_argument("--pin", action="store_true",
+                        help="pin each rank and the threads it starts (the backend's) to one CPU "
+                             "of its own, by local rank: steadier figures on a shared host")
     parser.add_argument("--overlap", action="store_true",
                         help="per size, also time the op issued asynchronously (Comm), a compute "
                              "phase as long (Compute), both together (Overlapped), and how much "

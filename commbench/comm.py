@@ -238,6 +238,7 @@ def init_comm(local_rank, args):
     check_dtype_for_backend(args, backend)
 
     starting = not torch.distributed.is_initialized()
+    pinned = pin(launch.local_rank) if starting and getattr(args, "pin", False) else None
     if starting:
         os.environ["MASTER_ADDR"] = check_master_address(master_address(os.environ, launch),
                                                          launch.rank)
@@ -300,7 +301,9 @@ def init_comm(local_rank, args):
         layer = "deepspeed.comm" if ds_dist else "torch.distributed"
         note(comm, f"{args.dist} ({layer}), backend {torch.distributed.get_backend()}, device "
                    f"{device.type}, {world_size} rank{'s' if world_size > 1 else ''} on "
-                   f"{len(set(hostnames))} host(s), launcher environment: {launch.launcher}")
+                   f"{len(set(hostnames))} host(s), launcher environment: {launch.launcher}" +
+                   (f"; each rank pinned to one CPU (rank 0: CPU {pinned})" if pinned is not None
+                    else ""))
     return comm
 
 
@@ -313,6 +316,15 @@ def reduce_args(dist_module, op):
     if op == "sum":
         return ()
     return (getattr(dist_module.ReduceOp, _REDUCE_OP_NAMES[op]),)
+
+
+def pin(local_rank):
+    """This rank, and the threads it starts from here on (the backend's progress threads), on
+    one CPU of its own: the local rank's, among the CPUs this process may use. Returns it."""
+    cpus = sorted(os.sched_getaffinity(0))
+    cpu = cpus[local_rank % len(cpus)]
+    os.sched_setaffinity(0, {cpu})
+    return cpu
 
 
 def _select_device(device_type, local_rank, ds_accelerator):

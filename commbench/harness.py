@@ -22,7 +22,7 @@ from .memory import MemoryMeter
 from .sizes import allocate, plan_single_size, sweep_numels
 from .table import duration_text, emit_or_stop, note, output_failure, print_header, print_row
 from . import overlap
-from .timing import STATS, summarize, time_op, window
+from .timing import STATS, interval, odd_window, summarize, time_op, window
 
 
 def init_processes(local_rank, args, ops=None):
@@ -69,7 +69,8 @@ def run_meta(args, comm, ops):
         "step_factor": getattr(args, "step_factor", None),
         "mem_factor": args.mem_factor, "bw_unit": args.bw_unit, "check": args.check,
         "time_budget": args.time_budget,
-        "stats": args.stats, "overlap": getattr(args, "overlap", False),
+        "stats": args.stats, "repeat": getattr(args, "repeat", 1), "pin": getattr(args, "pin", False),
+        "overlap": getattr(args, "overlap", False),
         "overlap_factor": getattr(args, "overlap_factor", 1.0),
         "compute_cpus": sorted(getattr(args, "compute_cpus", None) or []) or None,
         "torch_threads": torch.get_num_threads(), "command": [sys.executable] + sys.argv,
@@ -89,39 +90,51 @@ def finish(comm):
         raise BenchmarkError(f"--check found wrong elements: {comm.failures[0]}{more}")
 
 
-def timed_collective(collective, input, output, args, comm, meter=None):
+def timed_collective(collective, input, output, args, comm, meter=None, earlier=None):
     """Time one message size, check it with --check, print its row and record it.
 
     meter: the MemoryMeter started before the buffers were allocated, for the record's
-    memory figure. Returns the record written to the results file (bytes, seconds, bytes/s).
+    memory figure. earlier: the Timings of this size's earlier windows (--repeat); the row's
+    figure is then the mean over every window's trials, with its 95% interval. Returns the
+    record written to the results file (bytes, seconds, bytes/s).
     """
     call = collective.bind(comm, input, output, args.async_op)
     timing = time_op(call, args, comm)
+    windows = list(earlier or []) + [timing]
+    mean, low, high = interval([w.mean for w in windows], [w.count for w in windows])
+    trials = sum(w.count for w in windows)
     hidden = _overlap(collective, input, output, timing.count, args, comm) \
         if getattr(args, "overlap", False) else None
     wrong = None
     if args.check:
         wrong = comm.sum_over_ranks(count_wrong(collective, call, input, output, args, comm))
     used = meter.peak() if meter is not None else None
-    mine = [timing.mean, timing.count, -1 if used is None else used]
+    mine = [mean, trials, -1 if used is None else used]
     if args.stats:
         mine += [summarize(timing.trials)[k] for k in STATS] + [timing.late]
     per_rank = comm.gather_figures(mine)
 
     n, size, numel = comm.world_size, input.element_size() * input.nelement(), input.nelement()
-    tput, busbw = get_bw(collective, size, timing.mean, n, "GBps")
+    tput, busbw = get_bw(collective, size, mean, n, "GBps")
     record = {"op": collective.name, "world_size": n, "size_bytes": size, "numel": numel,
               "element_size": input.element_size(),
               "dtype": str(input.dtype).removeprefix("torch.") if collective.payload else None,
-              "trials": timing.count,
+              "trials": trials,
               "trials_per_rank": [int(figures[1]) for figures in per_rank],
-              "duration_s": timing.mean, "throughput_Bps": tput, "busbw_Bps": busbw,
+              "duration_s": mean, "throughput_Bps": tput, "busbw_Bps": busbw,
               "durations_per_rank_s": [figures[0] for figures in per_rank], "wrong": wrong,
               "memory_used_per_rank_bytes": [None if figures[2] < 0 else int(figures[2])
                                              for figures in per_rank]}
     if collective.reduces:
         record["reduce_op"] = getattr(args, "op", "sum")
-    extra = [str(timing.count)] if args.time_budget else []
+    extra = [str(trials)] if args.time_budget else []
+    if len(windows) > 1:
+        record.update(repeat=len(windows), windows_s=[w.mean for w in windows],
+                      window_trials=[w.count for w in windows], ci95_s=[low, high])
+        extra.append(f"±{(high - mean) / mean * 100:.1f}%" if mean > 0 else "-")
+        odd = odd_window([w.mean for w in windows])
+        if odd:
+            note(comm, f"WARNING: {collective.name} at {size} bytes per rank: {odd}")
     if args.stats:
         record["stats"] = dict(zip(STATS, per_rank[0][3:]))
         record["stats_per_rank"] = [dict(zip(STATS + ("late_s",), figures[3:]))
@@ -130,7 +143,7 @@ def timed_collective(collective, input, output, args, comm, meter=None):
         # end together, so the one that is slowest is the one that comes latest to each call.
         slowest = max(range(n), key=lambda r: per_rank[r][-1])
         record["slowest_rank"] = slowest
-        extra = [duration_text(args, record["stats"]["median_s"]),
+        extra += [duration_text(args, record["stats"]["median_s"]),
                  duration_text(args, record["stats"]["p99_s"]), str(slowest)]
     if hidden is not None:
         everyone = comm.gather_figures(hidden.figures())
@@ -145,16 +158,9 @@ def timed_collective(collective, input, output, args, comm, meter=None):
                                  f"element{'s' if wrong > 1 else ''}")
     scale = 8 if args.bw_unit == "Gbps" else 1
     description = f"{numel}x{input.element_size()}" if collective.payload else "-"
-    print_row(args, comm, size, description, timing.mean, tput and tput * scale,
+    print_row(args, comm, size, description, mean, tput and tput * scale,
               busbw and busbw * scale, extra)
-    if comm.results is not None:
-        with RESULTS_LOCK:
-            try:
-                comm.results.add(record)
-            except BenchmarkError as error:  # a full disk: the file ends in its last whole record
-                comm.results.close()
-                comm.results = None
-                comm.stop_on(error)
+    _add_record(comm, record)
     if args.debug and collective.debug is not None:
         emit_or_stop(comm, sys.stderr, f"{PROG}: [rank {comm.rank}] "
                                        f"{collective.debug(comm, input, output)}", "--debug output")
@@ -224,30 +230,72 @@ def _run_sizes(collective, args, comm, dtype_shown):
         qualifiers.append(f"op {args.op}")
     print_header(args, collective.name, collective.shown_world_size or comm.world_size, comm,
                  qualifiers)
-    records, bar = [], _progress(comm, collective.name, len(numels))
-    for numel in numels:
-        where = f"rank {comm.rank}: {collective.name} at {numel} elements of {args.dtype} per rank"
-        with deadline(args.timeout, f"{where} did not finish within {args.timeout:g} s; a peer "
-                                    "rank likely died or is stuck (see its log)"):
-            try:
-                agree_to_go_on(comm)
-                meter = MemoryMeter(comm)
-                buffers = allocate(collective, numel, args, comm)
-                if buffers is None:
-                    break
-                if bar is not None:
-                    bar.clear()  # the row goes where the bar was; the bar is redrawn below it
-                records.append(timed_collective(collective, *buffers, args, comm, meter=meter))
-            except RuntimeError as error:  # DistError is a RuntimeError: a peer failed, mostly
-                reason = str(error).strip().splitlines()[0][:300] if str(error).strip() else \
-                    type(error).__name__
-                raise BenchmarkError(f"{where} failed: {reason}", rank_local=True) from None
-            del buffers
-        if bar is not None:
-            bar.update(1)
+    # --repeat R: R passes over the sizes, one window of each size per pass, so that each size's
+    # windows are spread over the op's whole run and drift hits them alike; the rows (and the
+    # whole records) come in the last pass, each window's record as it is measured.
+    repeat = getattr(args, "repeat", 1)
+    records, windows = [], {numel: [] for numel in numels}
+    bar = _progress(comm, collective.name, len(numels) * repeat)
+    for window_index in range(repeat):
+        last = window_index == repeat - 1
+        for position, numel in enumerate(numels):
+            where = (f"rank {comm.rank}: {collective.name} at {numel} elements of {args.dtype} "
+                     "per rank")
+            with deadline(args.timeout, f"{where} did not finish within {args.timeout:g} s; a "
+                                        "peer rank likely died or is stuck (see its log)"):
+                try:
+                    agree_to_go_on(comm)
+                    meter = MemoryMeter(comm)
+                    buffers = allocate(collective, numel, args, comm)
+                    if buffers is None:
+                        numels = numels[:position]  # later passes stop where this one did
+                        break
+                    if bar is not None:
+                        bar.clear()  # the row goes where the bar was; the bar is redrawn below
+                    if last:
+                        records.append(timed_collective(collective, *buffers, args, comm,
+                                                        meter=meter, earlier=windows[numel]))
+                    else:
+                        windows[numel].append(_time_window(collective, *buffers, args, comm,
+                                                           window_index))
+                except RuntimeError as error:  # DistError is a RuntimeError: a peer failed
+                    reason = str(error).strip().splitlines()[0][:300] if str(error).strip() \
+                        else type(error).__name__
+                    raise BenchmarkError(f"{where} failed: {reason}", rank_local=True) from None
+                del buffers
+            if bar is not None:
+                bar.update(1)
     if bar is not None:
         bar.close()
     return records
+
+
+def _time_window(collective, input, output, args, comm, index):
+    """One window of a size in a pass before the last (--repeat): timed, and its figure written
+    to the results file at once (a record with "window": index), so that a run that dies keeps it."""
+    timing = time_op(collective.bind(comm, input, output, args.async_op), args, comm)
+    if comm.results is not None:
+        size = input.element_size() * input.nelement()
+        tput, busbw = get_bw(collective, size, timing.mean, comm.world_size, "GBps")
+        _add_record(comm, {
+            "op": collective.name, "world_size": comm.world_size, "size_bytes": size,
+            "numel": input.nelement(), "element_size": input.element_size(),
+            "dtype": str(input.dtype).removeprefix("torch.") if collective.payload else None,
+            "window": index, "repeat": args.repeat, "trials": timing.count,
+            "duration_s": timing.mean, "throughput_Bps": tput, "busbw_Bps": busbw})
+    return timing
+
+
+def _add_record(comm, record):
+    if comm.results is None:
+        return
+    with RESULTS_LOCK:
+        try:
+            comm.results.add(record)
+        except BenchmarkError as error:  # a full disk: the file ends in its last whole record
+            comm.results.close()
+            comm.results = None
+            comm.stop_on(error)
 
 
 def run_op(collective, local_rank, args, comm=None):

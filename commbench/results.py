@@ -19,7 +19,7 @@ FORMATS = (".jsonl", ".csv", ".json")
 # The columns of a .csv file, in order; nested figures are flattened to these names.
 CSV_FIELDS = (
     "op", "dist", "backend", "device", "dtype", "reduce_op", "world_size", "size_bytes", "numel",
-    "element_size", "trials", "duration_s", "throughput_Bps", "busbw_Bps", "wrong",
+    "element_size", "window", "repeat", "trials", "duration_s", "ci95_low_s", "ci95_high_s", "throughput_Bps", "busbw_Bps", "wrong",
     "min_s", "median_s", "p99_s", "max_s", "cv", "slowest_rank", "comm_s", "compute_s", "total_s",
     "overlap_pct", "durations_per_rank_s",
     "trials_per_rank", "memory_used_per_rank_bytes",
@@ -135,6 +135,8 @@ class CsvWriter(_WholeRecords):
         row.update(record)
         row.update(record.get("stats") or {})
         row.update(record.get("overlap") or {})
+        if record.get("ci95_s"):
+            row["ci95_low_s"], row["ci95_high_s"] = record["ci95_s"]
         for key in CSV_LISTS:
             row[key] = " ".join("-" if x is None else repr(x) for x in record.get(key, ()))
         self.append(self._row(lambda writer: writer.writerow(
@@ -194,10 +196,12 @@ def read(path):
 
 def _typed_csv_row(row):
     integers = ("world_size", "size_bytes", "numel", "element_size", "trials", "wrong",
-                "slowest_rank")
+                "slowest_rank", "window", "repeat")
     floats = ("duration_s", "throughput_Bps", "busbw_Bps", "min_s", "median_s", "p99_s", "max_s",
-              "cv", "comm_s", "compute_s", "total_s", "overlap_pct")
+              "cv", "comm_s", "compute_s", "total_s", "overlap_pct", "ci95_low_s", "ci95_high_s")
     typed = dict(row)
+    if row.get("ci95_low_s"):
+        typed["ci95_s"] = [float(row["ci95_low_s"]), float(row["ci95_high_s"])]
     for key in integers:
         typed[key] = int(row[key]) if row.get(key) else None
     for key in floats:
@@ -205,3 +209,32 @@ def _typed_csv_row(row):
     for key, kind in zip(CSV_LISTS, (float, int, int)):
         typed[key] = [None if x == "-" else kind(x) for x in (row.get(key) or "").split()]
     return typed
+
+
+def final(records):
+    """The results of a run, one per op, dtype and size: the whole record of each size, or where
+    a run ended before --repeat's last pass, the last window recorded of it."""
+    whole = {(r.get("op"), r.get("dtype"), r.get("size_bytes")) for r in records
+             if r.get("window") is None}
+    latest = {}
+    for r in records:
+        key = (r.get("op"), r.get("dtype"), r.get("size_bytes"))
+        if r.get("window") is None or key not in whole:
+            latest[key] = r
+    return list(latest.values())
+
+
+def windows(records):
+    """{(op, dtype, size): [seconds of each window]} from --repeat's records: the whole record's
+    list, or for a run that ended early, the windows recorded one by one."""
+    found = {}
+    for r in records:
+        key = (r.get("op"), r.get("dtype"), r.get("size_bytes"))
+        if r.get("windows_s"):
+            found[key] = [float(w) for w in r["windows_s"]]
+        elif r.get("window") is not None and key not in found:
+            found.setdefault(("partial",) + key, []).append(float(r["duration_s"]))
+    for key in [k for k in found if k[0] == "partial"]:
+        values = found.pop(key)
+        found.setdefault(key[1:], values)
+    return found

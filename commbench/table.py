@@ -77,10 +77,12 @@ def get_metric_strings(args, tput, busbw, duration):
 
 
 def _extra_columns(args):
-    """(title, width) of the columns after BusBW: --time-budget's trial count, --stats
-    figures, --overlap's, then --check's Wrong."""
+    """(title, width) of the columns after BusBW: --time-budget's trial count, --repeat's
+    interval, --stats figures, --overlap's, then --check's Wrong."""
     unit = " (us)" if args.raw else ""
     columns = [("Trials", 10)] if args.time_budget else []
+    if getattr(args, "repeat", 1) > 1:
+        columns.append(("±95% CI", 10))
     if args.stats:
         columns += [(f"Median{unit}", 20), (f"P99{unit}", 20), ("Slowest", 10)]
     if getattr(args, "overlap", False):

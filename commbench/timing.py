@@ -27,6 +27,11 @@ class _HostMarks:
         return self._t[j] - self._t[i]
 
 
+class _NoMarks:
+    def mark(self, i):
+        pass
+
+
 class _EventMarks:
     """Device timing events (accelerators): marks on the stream, read after a sync."""
 
@@ -48,9 +53,12 @@ class _EventMarks:
         return self._events[i].elapsed_time(self._events[j]) / 1e3
 
 
-def _issue(call, count, async_op):
-    """Issue the op `count` times back to back; with async_op, wait on every handle at the end."""
-    if async_op:
+def _issue(call, count, async_op, delay=0.0):
+    """Issue the op `count` times back to back; with async_op, wait on every handle at the end.
+    `delay` (a test hook) sleeps before each trial, inside the window."""
+    if delay:
+        _issue_marked(call, count, async_op, _NoMarks(), delay)
+    elif async_op:
         works = [call() for _ in range(count)]
         for work in works:
             if work is not None:
@@ -105,7 +113,8 @@ def trial_count(args, comm, pace):
     that disagreed on a loop count would leave one waiting in a collective forever."""
     if args.time_budget is None:
         return args.trials
-    wanted = args.time_budget / pace if pace > 0 else args.trials
+    budget = args.time_budget / getattr(args, "repeat", 1)  # the budget covers every window
+    wanted = budget / pace if pace > 0 else args.trials
     count = torch.tensor([max(MIN_BUDGET_TRIALS, min(args.trials, int(wanted)))],
                          dtype=torch.int64, device=comm.device)
     torch.distributed.broadcast(count, 0)
@@ -146,7 +155,7 @@ def time_op(call, args, comm):
         trials = [marks.between(2 * i - 2, 2 * i) for i in range(1, count + 1)]
         late = sum(marks.between(2 * i - 2, 2 * i - 1) for i in range(1, count + 1)) / count
         return Timing(marks.between(0, 2 * count) / count, count, trials, late)
-    _issue(call, count, args.async_op)
+    _issue(call, count, args.async_op, _injected_delay(comm))
     marks.mark(1)
     return Timing(marks.between(0, 1) / count, count)
 
@@ -161,6 +170,44 @@ def window(fn, count, comm):
         fn()
     marks.mark(1)
     return marks.between(0, 1) / count
+
+
+# Student's t at 97.5% for 1..30 degrees of freedom (a 95% two-sided interval); 1.96 beyond.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def interval(windows, counts):
+    """(mean, low, high) seconds a trial over windows of `counts` trials each: the mean of all
+    trials, and the 95% t-interval of it from the spread between the windows (the unit of
+    repetition: trials within a window are not independent of each other)."""
+    total = sum(counts)
+    mean = sum(w * c for w, c in zip(windows, counts)) / total
+    r = len(windows)
+    if r < 2:
+        return mean, mean, mean
+    plain = sum(windows) / r
+    sd = math.sqrt(sum((w - plain) ** 2 for w in windows) / (r - 1))
+    half = (_T975[r - 2] if r - 1 <= len(_T975) else 1.96) * sd / math.sqrt(r)
+    return mean, mean - half, mean + half
+
+
+def odd_window(windows):
+    """A window far outside the others' spread, as a sentence, or None: more than 1.5x the
+    median of the others and beyond 5 robust deviations of them (hyperfine warns likewise)."""
+    if len(windows) < 3:
+        return None
+    for i, w in enumerate(windows):
+        others = sorted(windows[:i] + windows[i + 1:])
+        middle = percentile(others, 50)
+        spread = 1.4826 * percentile(sorted(abs(o - middle) for o in others), 50)
+        if middle > 0 and w > 1.5 * middle and w > middle + 5 * spread:
+            what = "the first window" if i == 0 else f"window {i + 1} of {len(windows)}"
+            why = ("warm-up not done: raise --warmups" if i == 0 else
+                   "a descheduled rank or a busy neighbour")
+            return f"{what} took {w / middle:.1f}x the median of the others ({why})"
+    return None
 
 
 def percentile(ordered, q):

@@ -1,5 +1,15 @@
 """`report.py compare`: two runs size by size, the ratio of their durations, the geometric
-mean at latency-bound (< 64 KiB) and bandwidth-bound (>= 1 MiB) sizes, and a verdict."""
+mean at latency-bound (< 64 KiB) and bandwidth-bound (>= 1 MiB) sizes, and a verdict.
+
+When both runs timed their sizes in several windows (--repeat), each ratio gets a 95% interval
+from the windows (the unit of repetition): Welch's t-interval of the difference of the mean
+log window durations, so the ratio's interval is exp of it. A size is marked only when its
+interval excludes 1 and the change is beyond the noise threshold (as criterion.rs does), and
+the verdict of a group of sizes (the mean log ratio over them, its variance the sum of theirs)
+says "no significant difference" when that is what the windows show. Welch rather than a
+percentile bootstrap: with 5 windows a side the bootstrap's intervals come out too narrow
+(they ignore the t tails and shrink the spread by (n-1)/n), which doubled the false alarms
+between two runs of one command here (docs/report.md)."""
 
 import json
 import math
@@ -32,8 +42,92 @@ def verdict(op, small, large, label_b):
     return f"{op}: {label_b} {part(small, 'small')}, {part(large, 'large')}."
 
 
-def compare(a, b, threshold):
-    """The comparison as data: per op rows, ratios, one-sided sizes, verdicts, warnings."""
+# Student's t at 97.5% for 1..30 degrees of freedom; 1.96 beyond.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def _t975(df):
+    """t at 97.5% for `df` degrees of freedom, rounded down (the wider interval)."""
+    whole = max(1, int(df))
+    return _T975[whole - 1] if whole <= len(_T975) else 1.96
+
+
+def _log_moments(windows):
+    """(mean, variance of that mean, degrees of freedom) of the log window durations."""
+    logs = [math.log(w) for w in windows if w > 0]
+    n = len(logs)
+    mean = sum(logs) / n
+    variance = sum((x - mean) ** 2 for x in logs) / (n - 1)
+    return mean, variance / n, n - 1
+
+
+def _welch(parts):
+    """(difference of means, 95% half-width) from [(mean B - mean A, var A, df A, var B, df B)]
+    averaged over the parts (a size, or the sizes of a group): Welch-Satterthwaite df."""
+    k = len(parts)
+    diff = sum(p[0] for p in parts) / k
+    terms = [(v, df) for p in parts for v, df in ((p[1], p[2]), (p[3], p[4]))]
+    variance = sum(v for v, _ in terms) / k ** 2
+    denominator = sum((v / k ** 2) ** 2 / df for v, df in terms if df > 0)
+    df = variance ** 2 / denominator if denominator > 0 else 1e9
+    return diff, _t975(df) * math.sqrt(variance)
+
+
+def _significance(row, windows_a, windows_b, noise):
+    """Adds the 95% interval of B/A to a row; returns the row's part for the group verdicts."""
+    mean_a, var_a, df_a = _log_moments(windows_a)
+    mean_b, var_b, df_b = _log_moments(windows_b)
+    part = (mean_b - mean_a, var_a, df_a, var_b, df_b)
+    diff, half = _welch([part])
+    low, high = math.exp(diff - half), math.exp(diff + half)
+    row["ratio_ci"] = [low, high]
+    # the interval in seconds, on A's mean: what a delay added to every trial should fall in
+    row["diff_ci_s"] = [row["duration_a"] * (low - 1), row["duration_a"] * (high - 1)]
+    row["windows"] = [len(windows_a), len(windows_b)]
+    row["significant"] = low > 1 or high < 1
+    row["within_noise"] = row["significant"] and abs(row["ratio"] - 1) < noise
+    row["marked"] = row["significant"] and not row["within_noise"]
+    return part
+
+
+def _group(rows, parts, where, noise):
+    """The verdict of one group of sizes: the mean log ratio over them and its interval."""
+    chosen = [i for i, r in enumerate(rows) if where(r["size"]) and i in parts]
+    if not chosen:
+        return None
+    diff, half = _welch([parts[i] for i in chosen])
+    point, low, high = math.exp(diff), math.exp(diff - half), math.exp(diff + half)
+    significant = low > 1 or high < 1
+    return {"ratio": point, "ci": [low, high], "significant": significant, "sizes": len(chosen),
+            "within_noise": significant and abs(point - 1) < noise}
+
+
+def _with_interval(group):
+    return (f"{_percent(group['ratio'])} [{_percent(group['ci'][0])}, "
+            f"{_percent(group['ci'][1])}]")
+
+
+def uncertain_verdict(op, small, large, label_b, noise):
+    """The verdict with intervals: per group, no significant difference, a change within the
+    noise threshold, or the change with its interval."""
+    def part(group, where):
+        if group is None:
+            return f"no repeated {where} messages to compare"
+        if not group["significant"]:
+            return f"no significant difference at {where} messages ({_with_interval(group)})"
+        if group["within_noise"]:
+            return (f"a change within the {noise * 100:g}% noise threshold at {where} messages "
+                    f"({_with_interval(group)})")
+        how = "slower" if group["ratio"] > 1 else "faster"
+        return f"{how} at {where} messages: {_with_interval(group)}"
+    return f"{op}: {label_b}: {part(small, 'small')}; {part(large, 'large')}."
+
+
+def compare(a, b, threshold, noise=0.05):
+    """The comparison as data: per op rows, ratios, one-sided sizes, verdicts, warnings.
+    With windows in both runs (--repeat), rows and verdicts carry 95% intervals."""
     warnings = []
     if a.world_size and b.world_size and a.world_size != b.world_size:
         warnings.append(f"world sizes differ: {a.world_size} ({a.label}) vs {b.world_size} "
@@ -43,21 +137,45 @@ def compare(a, b, threshold):
     ops = []
     for op in op_order(list(a.ops) + list(b.ops)):
         mine, theirs = a.ops.get(op, {}), b.ops.get(op, {})
-        rows = []
+        windows_a, windows_b = a.windows.get(op, {}), b.windows.get(op, {})
+        rows, samples = [], {}
         for size in sorted(set(mine) & set(theirs)):
             x, y = mine[size], theirs[size]
             ratio = y.duration / x.duration if x.duration > 0 else None
-            rows.append({"size": size, "duration_a": x.duration, "duration_b": y.duration,
-                         "ratio": ratio, "busbw_a": x.busbw, "busbw_b": y.busbw,
-                         "slower": ratio is not None and ratio > threshold})
+            row = {"size": size, "duration_a": x.duration, "duration_b": y.duration,
+                   "ratio": ratio, "busbw_a": x.busbw, "busbw_b": y.busbw,
+                   "slower": ratio is not None and ratio > threshold}
+            if ratio and size in windows_a and size in windows_b:
+                samples[len(rows)] = _significance(row, windows_a[size], windows_b[size], noise)
+            rows.append(row)
         small = geometric_mean([r["ratio"] for r in rows if r["size"] < SMALL and r["ratio"]])
         large = geometric_mean([r["ratio"] for r in rows if r["size"] >= LARGE and r["ratio"]])
-        ops.append({"op": op, "rows": rows, "small_ratio": small, "large_ratio": large,
-                    "only_a": sorted(set(mine) - set(theirs)),
-                    "only_b": sorted(set(theirs) - set(mine)),
-                    "verdict": verdict(op, small, large, b.label) if rows else
-                    f"{op}: no message size in both runs."})
-    return {"a": a.label, "b": b.label, "threshold": threshold, "warnings": warnings, "ops": ops}
+        entry = {"op": op, "rows": rows, "small_ratio": small, "large_ratio": large,
+                 "only_a": sorted(set(mine) - set(theirs)),
+                 "only_b": sorted(set(theirs) - set(mine)),
+                 "verdict": verdict(op, small, large, b.label) if rows else
+                 f"{op}: no message size in both runs."}
+        if samples:
+            entry["small"] = _group(rows, samples, lambda size: size < SMALL, noise)
+            entry["large"] = _group(rows, samples, lambda size: size >= LARGE, noise)
+            if entry["small"] is None and entry["large"] is None:
+                entry["all"] = _group(rows, samples, lambda size: True, noise)
+                entry["verdict"] = uncertain_verdict(op, entry["all"], None, b.label, noise) \
+                    .replace("small messages", "the sizes measured").replace(
+                        "; no repeated large messages to compare", "")
+            else:
+                entry["verdict"] = uncertain_verdict(op, entry["small"], entry["large"],
+                                                     b.label, noise)
+        ops.append(entry)
+    repeated = any("ratio_ci" in r for op in ops for r in op["rows"])
+    if not repeated:
+        which = " and ".join(side for side, run in (("A", a), ("B", b)) if not run.windows)
+        warnings.append(f"{which or 'the runs'} {'have' if ' and ' in which else 'has'} no "
+                        "repeated windows, so these ratios carry no uncertainty (one window on a "
+                        "shared machine can be off by 2x); run both with --repeat 5 for "
+                        "intervals and significance")
+    return {"a": a.label, "b": b.label, "threshold": threshold, "noise_threshold": noise,
+            "repeated": repeated, "warnings": warnings, "ops": ops}
 
 
 def human_size(size):
@@ -78,10 +196,23 @@ def render(report, form):
     lines += [f"WARNING: {w}" for w in report["warnings"]]
     heads = ["size", "duration A (us)", "duration B (us)", "B/A", "busbw A (GB/s)",
              "busbw B (GB/s)"]
+    repeated = report.get("repeated")
+    if repeated:
+        heads.insert(4, "95% interval of B/A")
+
+    def mark(r):
+        return r.get("marked") if "ratio_ci" in r else (r["slower"] and not repeated)
+
+    def cells(r):
+        row = [human_size(r["size"]), _us(r["duration_a"]), _us(r["duration_b"]),
+               (f"{r['ratio']:.3f}" if r["ratio"] else "-") + (" *" if mark(r) else ""),
+               f"{r['busbw_a'] / 1e9:.3f}", f"{r['busbw_b'] / 1e9:.3f}"]
+        if repeated:
+            row.insert(4, f"[{r['ratio_ci'][0]:.3f}, {r['ratio_ci'][1]:.3f}]"
+                       if "ratio_ci" in r else "-")
+        return row
     for op in report["ops"]:
-        table = [[human_size(r["size"]), _us(r["duration_a"]), _us(r["duration_b"]),
-                  (f"{r['ratio']:.3f}" if r["ratio"] else "-") + (" *" if r["slower"] else ""),
-                  f"{r['busbw_a'] / 1e9:.3f}", f"{r['busbw_b'] / 1e9:.3f}"] for r in op["rows"]]
+        table = [cells(r) for r in op["rows"]]
         lines.append("")
         if form == "markdown":
             lines += [f"### {op['op']}", "", "| " + " | ".join(heads) + " |",
@@ -102,5 +233,9 @@ def render(report, form):
             if sizes:
                 lines.append(f"only in {side}: {', '.join(map(human_size, sizes))}")
         lines.append(op["verdict"])
-    lines.append(f"(* B/A above {report['threshold']:g})")
+    if repeated:
+        lines.append(f"(* the 95% interval of B/A excludes 1 and the change is beyond the "
+                     f"{report['noise_threshold'] * 100:g}% noise threshold)")
+    else:
+        lines.append(f"(* B/A above {report['threshold']:g})")
     return "\n".join(lines)

@@ -41,6 +41,8 @@ class Run:
     dtype: object = None
     # op -> {size: Measurement}; a run of several dtypes keys each as "op dtype"
     ops: dict = field(default_factory=dict)
+    # op -> {size: [seconds of each window]}, for the sizes --repeat timed more than once
+    windows: dict = field(default_factory=dict)
 
 
 def load_run(path):
@@ -76,6 +78,8 @@ def _from_results(path):
     or CSV) is an error naming the file, not an empty report."""
     try:
         meta, records = results.read(path)
+        repeated = results.windows(records)
+        records = results.final(records)
         if not records:
             raise ReportError(f"{path}: no results in it (" + (
                 "an empty file" if os.path.getsize(path) == 0 else
@@ -92,6 +96,9 @@ def _from_results(path):
             busbw = r["busbw_Bps"]  # None: an op without payload (barrier)
             run.ops.setdefault(key, {})[r["size_bytes"]] = Measurement(
                 r["size_bytes"], float(r["duration_s"]), 0.0 if busbw is None else float(busbw))
+            found = repeated.get((r["op"], r.get("dtype"), r["size_bytes"]))
+            if found and len(found) > 1:
+                run.windows.setdefault(key, {})[r["size_bytes"]] = found
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise ReportError(f"{path}: not a results file of this suite ({type(error).__name__}: "
                           f"{error})") from None

@@ -1,0 +1,155 @@
+"""--repeat (windows spread over the run, a 95% interval per size) and a compare that tells noise
+from change: two runs of one command, a run with a delay injected on one rank, and results files
+from before --repeat."""
+
+import json
+import math
+import re
+
+import pytest
+
+from conftest import assert_no_traceback, launch
+
+KIB = 1024
+
+
+def read(path):
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    return lines[0], lines[1:]
+
+
+def compare(a, b, *extra):
+    result = launch("report.py", "compare", str(a), str(b), *extra)
+    assert result.returncode == 0, result
+    return result
+
+
+def test_repeat_windows_interval_and_records(run, tmp_path):
+    output = tmp_path / "repeat.jsonl"
+    result = run("all_reduce.py", "--scan", "--maxsize=8", "--repeat=3", "--trials=10", "--raw",
+                 "--dist=torch", f"--output={output}", nproc=2)
+    assert result.returncode == 0, result
+    table = result.table("all_reduce")
+    assert table.columns[5:] == ["±95% CI"]
+    meta, records = read(output)
+    assert meta["repeat"] == 3
+    sizes = [2 * 2 ** p * 4 for p in range(1, 8)]
+    # Two passes of window records, as measured, then the third pass's whole records.
+    assert [(r["size_bytes"], r.get("window")) for r in records] == \
+        [(s, 0) for s in sizes] + [(s, 1) for s in sizes] + [(s, None) for s in sizes]
+    for row, record in zip(table.rows, records[-len(sizes):]):
+        windows = record["windows_s"]
+        assert len(windows) == 3 and record["window_trials"] == [10, 10, 10]
+        assert windows[:2] == [r["duration_s"] for r in records if r["size_bytes"] ==
+                               record["size_bytes"] and r.get("window") is not None]
+        mean = sum(windows) / 3
+        assert record["duration_s"] == pytest.approx(mean, rel=1e-12)
+        sd = math.sqrt(sum((w - mean) ** 2 for w in windows) / 2)
+        half = 4.303 * sd / math.sqrt(3)  # Student's t, 2 degrees of freedom
+        assert record["ci95_s"] == pytest.approx([mean - half, mean + half], rel=1e-9)
+        assert row.extra == [f"±{half / mean * 100:.1f}%"]
+        assert float(row.duration) == pytest.approx(mean * 1e6, abs=0.001)
+
+
+def test_repeat_with_check_stats_and_budget_keeps_the_column_order(run):
+    result = run("all_reduce.py", "--scan", "--maxsize=4", "--repeat=2", "--time-budget=0.05",
+                 "--stats", "--check", "--raw", "--dist=torch", nproc=3)
+    assert result.returncode == 0, result
+    table = result.table("all_reduce")
+    assert table.columns[5:] == ["Trials", "±95% CI", "Median (us)", "P99 (us)", "Slowest",
+                                 "Wrong"]
+    for row in table.rows:
+        assert re.fullmatch(r"\d+", row.extra[0]) and row.extra[1].startswith("±")
+        assert row.extra[-1] == "0"
+
+
+def test_same_command_compares_as_no_significant_difference(run, tmp_path):
+    """Three runs of one command (pinned, 5 windows a size): each pair's verdict is no
+    significant difference (or a change within the noise threshold) in two pairs of three or
+    more, and at most 25% of the sizes are marked over the three pairs (measured here: 10%, 6 of
+    60; a 95% interval promises 5%, but drift between runs is more than one run's windows see)."""
+    paths = []
+    for i in range(3):
+        paths.append(tmp_path / f"run{i}.jsonl")
+        result = run("all_reduce.py", "--scan", "--maxsize=12", "--repeat=5", "--pin",
+                     "--dist=torch", f"--output={paths[-1]}", nproc=2)
+        assert result.returncode == 0, result
+    marked = compared = 0
+    verdicts = []
+    for a, b in ((0, 1), (1, 2), (0, 2)):
+        text = compare(paths[a], paths[b]).stdout
+        rows = [line for line in text.splitlines() if re.match(r"^\s*\d+ (B|KiB)\s", line)]
+        compared += len(rows)
+        marked += sum(" *" in line for line in rows)
+        verdicts.append([line for line in text.splitlines() if line.startswith("all_reduce:")][0])
+    assert compared == 33
+    assert marked <= 0.25 * compared, (marked, verdicts)
+    calm = [v for v in verdicts if "no significant difference at small messages" in v
+            or "within the 5% noise threshold" in v]
+    assert len(calm) >= 2, verdicts
+
+
+def test_injected_delay_is_named_with_an_interval_that_holds_it(run, tmp_path):
+    """Rank 1 sleeps 3 ms before every trial in B: the sizes are slower and marked, and the
+    interval of B - A holds the 3 ms at most sizes (measured here: 9 of 9 marked, the interval
+    holding it at 7 to 9 of 9)."""
+    delay = 0.003
+    paths = {}
+    for name, env in (("a", {}), ("b", {"COMMBENCH_INJECT_DELAY": f"1:{delay}"})):
+        paths[name] = tmp_path / f"{name}.jsonl"
+        result = run("all_reduce.py", "--scan", "--maxsize=10", "--repeat=5", "--trials=20",
+                     "--pin", "--dist=torch", f"--output={paths[name]}", nproc=2, env=env)
+        assert result.returncode == 0, result
+    report = json.loads(compare(paths["a"], paths["b"], "--format=json").stdout)
+    (op,) = report["ops"]
+    assert report["repeated"] is True
+    rows = op["rows"]
+    assert len(rows) == 9 and all(r["ratio"] > 1 for r in rows), rows
+    assert sum(r["marked"] for r in rows) >= 7, rows
+    holding = [r for r in rows if r["diff_ci_s"][0] <= delay <= r["diff_ci_s"][1]]
+    assert len(holding) >= 6, [(r["size"], r["diff_ci_s"]) for r in rows]
+    assert op["verdict"].startswith("all_reduce: torch.distributed gloo n=2: slower at small "
+                                    "messages: +")
+    text = compare(paths["a"], paths["b"]).stdout
+    assert re.search(r"slower at small messages: \+\d+% \[\+\d+%, \+\d+%\]", text), text
+
+
+def test_results_without_repeat_still_compare_and_say_so(two_runs):
+    (torch_path, _), (deepspeed_path, _) = two_runs["torch"], two_runs["deepspeed"]
+    text = compare(torch_path, deepspeed_path).stdout
+    assert ("WARNING: A and B have no repeated windows, so these ratios carry no uncertainty "
+            "(one window on a shared machine can be off by 2x); run both with --repeat 5 for "
+            "intervals and significance") in text
+    assert "(* B/A above 1.1)" in text
+    assert "95% interval" not in text
+
+
+def test_window_records_alone_are_read_as_the_run(run, tmp_path):
+    """A run that ends before --repeat's last pass leaves only window records of its sizes (each
+    written as measured); report.py reads those as the run's figures, with their interval."""
+    output = tmp_path / "cut.jsonl"
+    result = run("all_reduce.py", "--scan", "--maxsize=6", "--repeat=3", "--trials=3",
+                 "--dist=torch", f"--output={output}", nproc=2)
+    assert result.returncode == 0, result
+    meta, records = read(output)
+    windows_only = tmp_path / "windows.jsonl"
+    windows_only.write_text("\n".join(json.dumps(r) for r in [meta] + records
+                                      if r.get("type") == "meta" or r.get("window") is not None)
+                            + "\n")
+    plotted = launch("report.py", "compare", str(windows_only), str(output), "--format=json")
+    assert plotted.returncode == 0, plotted
+    rows = json.loads(plotted.stdout)["ops"][0]["rows"]
+    assert [r["size"] for r in rows] == [2 * 2 ** p * 4 for p in range(1, 6)]
+    assert all("ratio_ci" in r for r in rows)  # two windows a size survive: an interval still
+    assert_no_traceback(plotted)
+
+
+def test_odd_windows_are_named():
+    from commbench.timing import odd_window
+    assert odd_window([1.0, 1.1, 0.9, 1.05, 1.0]) is None
+    assert odd_window([3.0, 1.1, 0.9, 1.05, 1.0]) == \
+        "the first window took 2.9x the median of the others (warm-up not done: raise --warmups)"
+    assert odd_window([1.0, 1.1, 0.9, 2.6, 1.0]) == ("window 4 of 5 took 2.6x the median of the "
+                                                     "others (a descheduled rank or a busy "
+                                                     "neighbour)")
+    assert odd_window([1.0, 2.0]) is None  # two windows: no telling which is odd
