@@ -68,6 +68,17 @@ def _issue(call, count, async_op, delay=0.0):
             call()
 
 
+def _wait_for(seconds):
+    """The test hook's delay: exact for short ones (a spin: sleep overshoots by a scheduler tick
+    on a busy host), a sleep for long ones (a stuck rank)."""
+    if seconds > 0.05:
+        time.sleep(seconds)
+        return
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def _issue_marked(call, count, async_op, marks, delay):
     """As _issue, with marks around every trial (--stats): mark 2i-1 before trial i is called,
     mark 2i after it returns. With async_op a trial is its launch; the final waits belong to
@@ -75,7 +86,7 @@ def _issue_marked(call, count, async_op, marks, delay):
     works = []
     for i in range(1, count + 1):
         if delay:
-            time.sleep(delay)
+            _wait_for(delay)
         marks.mark(2 * i - 1)
         work = call()
         if async_op:

@@ -80,7 +80,8 @@ def advise(path, grad_mb, backward_ms=None):
         meta, records = results.read(path)
     except (OSError, ValueError, KeyError, results.ResultsError) as error:
         raise ReportError(f"{path}: not a results file of this suite ({error})") from None
-    mine = [r for r in records if r.get("op") == "all_reduce" and r.get("size_bytes")]
+    mine = [r for r in results.final(records)
+            if r.get("op") == "all_reduce" and r.get("size_bytes")]
     if not mine:
         raise ReportError(f"{path}: no all_reduce results in it; measure a curve with "
                           "all_reduce.py --scan --output FILE (add --overlap for exposed time)")
