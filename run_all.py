@@ -2,10 +2,11 @@
 by their flags, every registered one with --all, else the original six (constants.DEFAULT_OPS).
 An op registered there is found in its own op script."""
 
+from commbench import harness  # first: the package silences torch's warning without numpy
+from commbench.table import note
+
 import constants
 import utils
-from commbench import harness
-from commbench.table import note
 
 
 def selected_ops(args):

@@ -20,15 +20,16 @@ import argparse
 import importlib
 import sys
 
-import torch
-import torch.distributed
-
+# The package first: it silences torch's import-time warning when numpy is absent.
 from commbench import collective as _collective
 from commbench import harness, sizes, table
 from commbench.cli import benchmark_parser
 from commbench.collective import Collective
 from commbench.errors import BenchmarkError
 from commbench.table import convert_size, get_metric_strings
+
+import torch  # noqa: E402  (after the package, see above)
+import torch.distributed  # noqa: E402
 
 __all__ = ["benchmark_parser", "init_processes", "get_bw", "max_numel", "print_rank_0",
            "print_header", "get_metric_strings", "sync_all", "convert_size", "collective"]

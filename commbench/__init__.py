@@ -4,7 +4,8 @@ One module per concern, dependencies running one way (top to bottom):
 
   harness     runs an op: its sizes, timing, check, row and record; the entry point
   sizes       which message sizes: the scan, the single-size plan, allocation
-  timing      the warmup and trial loop, per-trial statistics
+  timing      the warmup and trial loop, per-trial statistics, --repeat's interval
+  overlap     --overlap: the collective against a compute phase, OSU's overlap %
   check       --check: known input, the expected result, wrong elements counted
   comm        device and backend, the communication layer (Comm), process-group set-up
   guard       what ends a run cleanly: deadlines, stop signals, peer failures
@@ -17,7 +18,13 @@ One module per concern, dependencies running one way (top to bottom):
   dtypes      which dtypes a run may use, and which a backend can move
   results     result files (.jsonl, .csv, .json) as they are written and read
   errors      the one exception type of expected failures
-  report/     reading runs back: compare, plot, strategy
+  report/     reading runs back: compare, plot, strategy, buckets
 
 `utils.py` at the top is the public face with the original suite's names.
 """
+
+import warnings
+
+# torch warns at import when numpy is missing; `--dist torch` needs torch alone (numpy is not
+# one of torch's own requirements), so the warning concerns nothing this suite does.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)

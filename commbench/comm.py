@@ -217,6 +217,23 @@ def _init_error(error, port, rank):
                           rank_local=True)
 
 
+_EXCHANGE_BYTES = 512  # a host name (at most 253 bytes) and a digest (64), with room
+
+
+def _exchange(pair, world_size, device):
+    """Every rank's (host name, digest), on every rank, through one all_gather of bytes.
+    Not all_gather_object: it needs numpy, which torch's wheel does not install, and a
+    `--dist torch` user may have torch alone."""
+    data = "\0".join(pair).encode()[:_EXCHANGE_BYTES]
+    mine = torch.zeros(_EXCHANGE_BYTES, dtype=torch.uint8, device=device)
+    mine[:len(data)] = torch.tensor(list(data), dtype=torch.uint8, device=device)
+    everyone = torch.empty(world_size * _EXCHANGE_BYTES, dtype=torch.uint8, device=device)
+    _torch_one_tensor_api(world_size)[0](everyone, mine)
+    rows = everyone.view(world_size, _EXCHANGE_BYTES).cpu().tolist()
+    return [tuple(bytes(row).rstrip(b"\0").decode(errors="replace").split("\0", 1))
+            for row in rows]
+
+
 def argument_digest(args):
     """A digest of everything that shapes the measurement: ranks that disagree on a size or a
     loop count would wait for each other forever, so they are refused at start-up."""
@@ -268,10 +285,9 @@ def init_comm(local_rank, args):
         device = _select_device(device_type, launch.local_rank, ds_accelerator)
 
     rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    peers = [None] * world_size
     with deadline(args.timeout, f"rank {rank}: the ranks did not all answer within "
                                 f"{args.timeout:g} s after start-up; a peer rank died or is stuck"):
-        torch.distributed.all_gather_object(peers, (socket.gethostname(), argument_digest(args)))
+        peers = _exchange((socket.gethostname(), argument_digest(args)), world_size, device)
     hostnames = [host for host, _ in peers]
     local_world_size = hostnames.count(socket.gethostname())
     differing = [r for r, (_, digest) in enumerate(peers) if digest != peers[0][1]]
