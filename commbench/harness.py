@@ -4,6 +4,7 @@ hands its run function to."""
 
 import argparse
 import functools
+import os
 import platform
 import sys
 import time
@@ -59,6 +60,7 @@ def run_meta(args, comm, ops):
         versions["deepspeed"] = sys.modules["deepspeed"].__version__
     return {
         "ops": list(ops), "dist": comm.name, "backend": comm.backend, "device": comm.device.type,
+        "master_addr": os.environ.get("MASTER_ADDR"), "master_port": os.environ.get("MASTER_PORT"),
         "dtype": args.dtype, "dtypes": dtypes_for(args, comm.backend),
         "reduce_op": getattr(args, "op", "sum"), "world_size": comm.world_size,
         "hostnames": comm.hostnames,

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Simulated hosts on one machine, for trying multi-node launches (and for the tests that do):
+# network namespaces on a bridge of their own, each with its own address, host name and
+# /etc/hosts naming every host. Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN).
+#
+#   scripts/sim-hosts.sh up NAME N [SUBNET]   hosts NAME1 .. NAMEN at SUBNET.1 .. SUBNET.N
+#                                             (SUBNET: three octets, default 10.77.0)
+#   scripts/sim-hosts.sh run NAME I CMD ...   run CMD "on" host I: its network, its host name,
+#                                             its hosts file (as ssh into it would, minus ssh)
+#   scripts/sim-hosts.sh down NAME            kill what runs in the hosts, remove them
+#
+# NAME: up to 8 letters and digits (interface names are short); make it unique per use.
+# Traffic stays between the hosts on their bridge; nothing is routed anywhere else.
+set -u
+STATE_ROOT=${COMMBENCH_HOSTS_DIR:-/tmp/commbench-hosts}
+
+usage() {
+    sed -n '6,10p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
+check_name() {
+    [[ $1 =~ ^[a-z][a-z0-9]{0,7}$ ]] || { echo "sim-hosts: NAME must be 1-8 lowercase letters and digits, starting with a letter: $1" >&2; exit 2; }
+}
+
+up() {
+    local name=$1 count=$2 subnet=${3:-10.77.0} dir=$STATE_ROOT/$1 i
+    check_name "$name"
+    [[ $count =~ ^[1-9][0-9]?$ ]] || { echo "sim-hosts: N must be 1-99: $count" >&2; exit 2; }
+    [[ $subnet =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || { echo "sim-hosts: SUBNET is three octets, e.g. 10.77.0: $subnet" >&2; exit 2; }
+    if [ -e "$dir" ]; then echo "sim-hosts: $name is already up ($dir)" >&2; exit 1; fi
+    mkdir -p "$dir"
+    {
+        echo "127.0.0.1 localhost"
+        echo "::1 localhost"
+        for i in $(seq 1 "$count"); do
+            echo "$subnet.$i $name$i"
+            echo "::ffff:$subnet.$i $name$i"  # c10d looks hosts up as IPv6 too
+        done
+    } > "$dir/hosts"
+    echo "$count $subnet" > "$dir/layout"
+    trap 'echo "sim-hosts: setting up $name failed; removing it" >&2; down "$name"; exit 1' ERR
+    set -e
+    ip link add "${name}br" type bridge
+    ip link set "${name}br" up
+    for i in $(seq 1 "$count"); do
+        ip netns add "$name$i"
+        ip link add "${name}v$i" type veth peer name eth0 netns "$name$i"
+        ip link set "${name}v$i" master "${name}br" up
+        ip -n "$name$i" addr add "$subnet.$i/24" dev eth0
+        ip -n "$name$i" link set eth0 up
+        ip -n "$name$i" link set lo up
+    done
+    set +e
+    trap - ERR
+    echo "sim-hosts: $count host(s) up: $(seq -f "$name%g" -s ' ' 1 "$count") at $subnet.1-$count"
+}
+
+run() {
+    local name=$1 index=$2 dir=$STATE_ROOT/$1
+    shift 2
+    [ -f "$dir/hosts" ] || { echo "sim-hosts: $name is not up" >&2; exit 1; }
+    [ -e "/run/netns/$name$index" ] || { echo "sim-hosts: no host $name$index" >&2; exit 1; }
+    exec nsenter --net="/run/netns/$name$index" unshare --mount --uts \
+        sh -c 'mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@"' \
+        "$dir/hosts" "$name$index" "$@"
+}
+
+down() {
+    local name=$1 ns pid
+    check_name "$name"
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$name[0-9]+$"); do
+        for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+        ip netns del "$ns" 2>/dev/null
+    done
+    ip link del "${name}br" 2>/dev/null
+    rm -rf "${STATE_ROOT:?}/$name"
+    return 0
+}
+
+case "${1:-}" in
+up) [ $# -ge 3 ] || usage; up "$2" "$3" "${4:-}" ;;
+run) [ $# -ge 4 ] || usage; run "$2" "$3" "${@:4}" ;;
+down) [ $# -eq 2 ] || usage; down "$2" ;;
+*) usage ;;
+esac

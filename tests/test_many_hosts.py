@@ -1,0 +1,105 @@
+"""Several hosts on one machine (scripts/sim-hosts.sh: network namespaces on a bridge, each with
+its own address and host name): the suite across 2 and 3 hosts under torchrun's multi-node
+launch, read from the table on rank 0's host and the results file. Root only; the hosts are
+torn down by name (and every process in them killed) even when a test fails."""
+
+import json
+import os
+import random
+import subprocess
+import uuid
+
+import pytest
+
+from conftest import BIN, ROOT, base_env, free_port, parse_tables
+
+SCRIPT = ROOT / "scripts" / "sim-hosts.sh"
+
+
+@pytest.fixture
+def hosts():
+    """A function that brings up N hosts and returns (name, subnet); all torn down after."""
+    if os.geteuid() != 0:
+        why = "simulated hosts need root (network namespaces)"
+        if os.environ.get("COMMBENCH_REQUIRE_LAUNCHERS"):
+            pytest.fail(why)
+        pytest.skip(why)
+    made = []
+
+    def up(count):
+        name = "cb" + uuid.uuid4().hex[:6]
+        subnet = f"10.{random.randint(64, 127)}.{random.randint(0, 255)}"
+        made.append(name)
+        result = subprocess.run([str(SCRIPT), "up", name, str(count), subnet],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return name, subnet
+    yield up
+    for name in made:
+        subprocess.run([str(SCRIPT), "down", name], capture_output=True, timeout=60)
+        assert not os.path.exists(f"/run/netns/{name}1")
+
+
+def across(name, subnet, count, nproc, *args, timeout=240):
+    """run_all.py under `torchrun --nnodes count` on each host at once; rank 0 is on host 1.
+    Returns (host 1's stdout, every host's stderr, exit statuses)."""
+    port = free_port()
+    env = base_env()
+    procs = []
+    for node in range(count):
+        cmd = [str(SCRIPT), "run", name, str(node + 1), "env", f"PATH={env['PATH']}",
+               str(BIN / "torchrun"), f"--nnodes={count}", f"--node-rank={node}",
+               f"--nproc-per-node={nproc}", f"--master-addr={subnet}.1",
+               f"--master-port={port}", "run_all.py", *args]
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True,
+                                      stdin=subprocess.DEVNULL))
+    outputs = [proc.communicate(timeout=timeout) for proc in procs]
+    return outputs[0][0], [err for _, err in outputs], [proc.returncode for proc in procs]
+
+
+@pytest.mark.parametrize("dist", ["torch", "deepspeed"])
+def test_two_hosts_two_ranks_each_under_torchrun(hosts, tmp_path, dist):
+    name, subnet = hosts(2)
+    output = tmp_path / "two.jsonl"
+    stdout, stderrs, statuses = across(name, subnet, 2, 2, f"--dist={dist}", "--scan",
+                                       "--maxsize=5", "--trials=2", "--check",
+                                       f"--output={output}")
+    assert statuses == [0, 0], stderrs
+    assert f"4 ranks on 2 host(s)" in stderrs[0]
+    tables = parse_tables(stdout)
+    assert [t.op for t in tables] == ["all_reduce", "all_gather", "all_to_all",
+                                      "reduce_scatter", "pt2pt", "broadcast"]
+    assert all(row.extra == ["0"] for t in tables for row in t.rows)
+    meta = json.loads(output.read_text().splitlines()[0])
+    assert meta["hostnames"] == [f"{name}1", f"{name}1", f"{name}2", f"{name}2"]
+    assert meta["master_addr"] == f"{subnet}.1"  # host 1's address, never loopback
+    assert meta["world_size"] == 4
+
+
+def test_three_hosts(hosts, tmp_path):
+    """3 hosts (not a power of two) of one rank each."""
+    name, subnet = hosts(3)
+    output = tmp_path / "three.jsonl"
+    stdout, stderrs, statuses = across(name, subnet, 3, 1, "--dist=torch", "--all-reduce",
+                                       "--all-to-all", "--scan", "--maxsize=5", "--trials=2",
+                                       "--check", f"--output={output}")
+    assert statuses == [0, 0, 0], stderrs
+    assert "3 ranks on 3 host(s)" in stderrs[0]
+    meta = json.loads(output.read_text().splitlines()[0])
+    assert meta["hostnames"] == [f"{name}{i}" for i in (1, 2, 3)]
+    assert meta["master_addr"] == f"{subnet}.1"
+    assert all(row.extra == ["0"] for t in parse_tables(stdout) for row in t.rows)
+
+
+def test_hosts_go_down_with_what_runs_in_them(hosts):
+    name, _ = hosts(2)
+    sleeper = subprocess.Popen([str(SCRIPT), "run", name, "2", "sleep", "300"])
+    try:
+        subprocess.run([str(SCRIPT), "down", name], check=True, timeout=60)
+        assert sleeper.wait(timeout=10) != 0  # killed with its host
+        assert not os.path.exists(f"/run/netns/{name}2")
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        assert f"{name}br" not in links and f"{name}v1" not in links
+    finally:
+        sleeper.kill()
