@@ -66,7 +66,7 @@ def test_two_hosts_two_ranks_each_under_torchrun(hosts, tmp_path, dist):
                                        "--maxsize=5", "--trials=2", "--check",
                                        f"--output={output}")
     assert statuses == [0, 0], stderrs
-    assert f"4 ranks on 2 host(s)" in stderrs[0]
+    assert "4 ranks on 2 host(s)" in stderrs[0]
     tables = parse_tables(stdout)
     assert [t.op for t in tables] == ["all_reduce", "all_gather", "all_to_all",
                                       "reduce_scatter", "pt2pt", "broadcast"]
