@@ -145,8 +145,12 @@ def timed_collective(collective, input, output, args, comm, meter=None, earlier=
         # end together, so the one that is slowest is the one that comes latest to each call.
         slowest = max(range(n), key=lambda r: per_rank[r][-1])
         record["slowest_rank"] = slowest
+        record["slowest_host"] = comm.hostnames[slowest]
         extra += [duration_text(args, record["stats"]["median_s"]),
-                 duration_text(args, record["stats"]["p99_s"]), str(slowest)]
+                 duration_text(args, record["stats"]["p99_s"]),
+                  # across hosts, the straggler's host too: which link or node to look at
+                  str(slowest) if len(set(comm.hostnames)) == 1 else
+                  f"{slowest}@{comm.hostnames[slowest]}"]
     if hidden is not None:
         everyone = comm.gather_figures(hidden.figures())
         record["overlap"] = dict(zip(overlap.FIELDS, hidden.figures()))

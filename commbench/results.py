@@ -20,7 +20,7 @@ FORMATS = (".jsonl", ".csv", ".json")
 CSV_FIELDS = (
     "op", "dist", "backend", "device", "dtype", "reduce_op", "world_size", "size_bytes", "numel",
     "element_size", "window", "repeat", "trials", "duration_s", "ci95_low_s", "ci95_high_s", "throughput_Bps", "busbw_Bps", "wrong",
-    "min_s", "median_s", "p99_s", "max_s", "cv", "slowest_rank", "comm_s", "compute_s", "total_s",
+    "min_s", "median_s", "p99_s", "max_s", "cv", "slowest_rank", "slowest_host", "comm_s", "compute_s", "total_s",
     "overlap_pct", "durations_per_rank_s",
     "trials_per_rank", "memory_used_per_rank_bytes",
 )

@@ -84,7 +84,8 @@ def _extra_columns(args):
     if getattr(args, "repeat", 1) > 1:
         columns.append(("±95% CI", 10))
     if args.stats:
-        columns += [(f"Median{unit}", 20), (f"P99{unit}", 20), ("Slowest", 10)]
+        # Slowest: the straggler's rank, or rank@host when the run spans hosts
+        columns += [(f"Median{unit}", 20), (f"P99{unit}", 20), ("Slowest", 20)]
     if getattr(args, "overlap", False):
         columns += [(f"Comm{unit}", 20), (f"Compute{unit}", 20), (f"Overlapped{unit}", 20),
                     ("Overlap %", 10)]

@@ -63,16 +63,22 @@ def test_two_hosts_two_ranks_each_under_torchrun(hosts, tmp_path, dist):
     name, subnet = hosts(2)
     output = tmp_path / "two.jsonl"
     stdout, stderrs, statuses = across(name, subnet, 2, 2, f"--dist={dist}", "--scan",
-                                       "--maxsize=5", "--trials=2", "--check",
+                                       "--maxsize=5", "--trials=2", "--check", "--stats",
                                        f"--output={output}")
     assert statuses == [0, 0], stderrs
     assert "4 ranks on 2 host(s)" in stderrs[0]
     tables = parse_tables(stdout)
     assert [t.op for t in tables] == ["all_reduce", "all_gather", "all_to_all",
                                       "reduce_scatter", "pt2pt", "broadcast"]
-    assert all(row.extra == ["0"] for t in tables for row in t.rows)
-    meta = json.loads(output.read_text().splitlines()[0])
+    assert all(row.extra[-1] == "0" for t in tables for row in t.rows)
+    lines = [json.loads(line) for line in output.read_text().splitlines()]
+    meta = lines[0]
     assert meta["hostnames"] == [f"{name}1", f"{name}1", f"{name}2", f"{name}2"]
+    # --stats names the straggler's host beside its rank, in the table and the records
+    for row, record in zip((row for t in tables for row in t.rows), lines[1:]):
+        rank, host = record["slowest_rank"], record["slowest_host"]
+        assert host == meta["hostnames"][rank]
+        assert row.extra[-2] == f"{rank}@{host}"
     assert meta["master_addr"] == f"{subnet}.1"  # host 1's address, never loopback
     assert meta["world_size"] == 4
 
