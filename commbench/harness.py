@@ -117,13 +117,8 @@ def timed_collective(collective, input, output, args, comm, meter=None, earlier=
     per_rank = comm.gather_figures(mine)
 
     n, size, numel = comm.world_size, input.element_size() * input.nelement(), input.nelement()
-    tput, busbw = get_bw(collective, size, mean, n, "GBps")
-    record = {"op": collective.name, "world_size": n, "size_bytes": size, "numel": numel,
-              "element_size": input.element_size(),
-              "dtype": str(input.dtype).removeprefix("torch.") if collective.payload else None,
-              "trials": trials,
+    record = {**_size_record(collective, input, comm, mean), "trials": trials,
               "trials_per_rank": [int(figures[1]) for figures in per_rank],
-              "duration_s": mean, "throughput_Bps": tput, "busbw_Bps": busbw,
               "durations_per_rank_s": [figures[0] for figures in per_rank], "wrong": wrong,
               "memory_used_per_rank_bytes": [None if figures[2] < 0 else int(figures[2])
                                              for figures in per_rank]}
@@ -164,6 +159,7 @@ def timed_collective(collective, input, output, args, comm, meter=None, earlier=
                                  f"element{'s' if wrong > 1 else ''}")
     scale = 8 if args.bw_unit == "Gbps" else 1
     description = f"{numel}x{input.element_size()}" if collective.payload else "-"
+    tput, busbw = record["throughput_Bps"], record["busbw_Bps"]
     print_row(args, comm, size, description, mean, tput and tput * scale,
               busbw and busbw * scale, extra)
     _add_record(comm, record)
@@ -281,15 +277,19 @@ def _time_window(collective, input, output, args, comm, index):
     to the results file at once (a record with "window": index), so that a run that dies keeps it."""
     timing = time_op(collective.bind(comm, input, output, args.async_op), args, comm)
     if comm.results is not None:
-        size = input.element_size() * input.nelement()
-        tput, busbw = get_bw(collective, size, timing.mean, comm.world_size, "GBps")
-        _add_record(comm, {
-            "op": collective.name, "world_size": comm.world_size, "size_bytes": size,
+        _add_record(comm, {**_size_record(collective, input, comm, timing.mean),
+                           "window": index, "repeat": args.repeat, "trials": timing.count})
+    return timing
+
+
+def _size_record(collective, input, comm, mean):
+    """The fields every record of one size starts with: what was moved, and how fast."""
+    size = input.element_size() * input.nelement()
+    tput, busbw = get_bw(collective, size, mean, comm.world_size, "GBps")
+    return {"op": collective.name, "world_size": comm.world_size, "size_bytes": size,
             "numel": input.nelement(), "element_size": input.element_size(),
             "dtype": str(input.dtype).removeprefix("torch.") if collective.payload else None,
-            "window": index, "repeat": args.repeat, "trials": timing.count,
-            "duration_s": timing.mean, "throughput_Bps": tput, "busbw_Bps": busbw})
-    return timing
+            "duration_s": mean, "throughput_Bps": tput, "busbw_Bps": busbw}
 
 
 def _add_record(comm, record):

@@ -45,3 +45,15 @@ def byte_count(text):
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text}")
     return value
+
+
+# Student's t at 97.5% for 1..30 degrees of freedom (a 95% two-sided interval); 1.96 beyond.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(df):
+    """Student's t at 97.5% for `df` degrees of freedom, rounded down (the wider interval)."""
+    whole = max(1, int(df))
+    return _T975[whole - 1] if whole <= len(_T975) else 1.96

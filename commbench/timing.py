@@ -13,6 +13,8 @@ from typing import Optional
 import torch
 import torch.distributed
 
+from .numbers import t975
+
 
 class _HostMarks:
     """Host clock readings (CPU ranks)."""
@@ -183,12 +185,6 @@ def window(fn, count, comm):
     return marks.between(0, 1) / count
 
 
-# Student's t at 97.5% for 1..30 degrees of freedom (a 95% two-sided interval); 1.96 beyond.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
 def interval(windows, counts):
     """(mean, low, high) seconds a trial over windows of `counts` trials each: the mean of all
     trials, and the 95% t-interval of it from the spread between the windows (the unit of
@@ -200,7 +196,7 @@ def interval(windows, counts):
         return mean, mean, mean
     plain = sum(windows) / r
     sd = math.sqrt(sum((w - plain) ** 2 for w in windows) / (r - 1))
-    half = (_T975[r - 2] if r - 1 <= len(_T975) else 1.96) * sd / math.sqrt(r)
+    half = t975(r - 1) * sd / math.sqrt(r)
     return mean, mean - half, mean + half
 
 

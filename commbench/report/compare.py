@@ -14,6 +14,7 @@ between two runs of one command here (docs/report.md)."""
 import json
 import math
 
+from ..numbers import t975
 from .runs import op_order
 
 SMALL = 64 * 1024  # below: latency-bound messages
@@ -42,18 +43,6 @@ def verdict(op, small, large, label_b):
     return f"{op}: {label_b} {part(small, 'small')}, {part(large, 'large')}."
 
 
-# Student's t at 97.5% for 1..30 degrees of freedom; 1.96 beyond.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def _t975(df):
-    """t at 97.5% for `df` degrees of freedom, rounded down (the wider interval)."""
-    whole = max(1, int(df))
-    return _T975[whole - 1] if whole <= len(_T975) else 1.96
-
-
 def _log_moments(windows):
     """(mean, variance of that mean, degrees of freedom) of the log window durations."""
     logs = [math.log(w) for w in windows if w > 0]
@@ -72,7 +61,7 @@ def _welch(parts):
     variance = sum(v for v, _ in terms) / k ** 2
     denominator = sum((v / k ** 2) ** 2 / df for v, df in terms if df > 0)
     df = variance ** 2 / denominator if denominator > 0 else 1e9
-    return diff, _t975(df) * math.sqrt(variance)
+    return diff, t975(df) * math.sqrt(variance)
 
 
 def _significance(row, windows_a, windows_b, noise):
