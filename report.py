@@ -1,6 +1,7 @@
 """From numbers to decisions: compare two runs of the suite (or an nccl-tests run).
 
   python report.py compare A B [--threshold 1.10] [--noise-threshold 5] [--format text|markdown|json]
+  python report.py compare RUN      (a run of --groups: its layouts side by side)
   python report.py plot A [B ...] -o curves.png
   python report.py strategy RESULTS --params 7B [--world-size N] [--gpu-mem 80] ...
   python report.py buckets RESULTS --grad-mb G [--backward-ms T] [--plot buckets.png]
@@ -15,7 +16,7 @@ import sys
 
 from commbench.numbers import float_in, int_at_least
 from commbench.report import buckets, strategy
-from commbench.report.compare import compare, render
+from commbench.report.compare import compare, layouts, render, render_layouts
 from commbench.report.plot import plot
 from commbench.report.runs import ReportError, load_run
 
@@ -39,9 +40,10 @@ _percent = float_in(-1e-9, 100, "a percentage in [0, 100]")
 def main(argv=None):
     parser = _Parser(prog=PROG, description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    cmp = commands.add_parser("compare", help="compare two runs size by size")
+    cmp = commands.add_parser("compare", help="compare two runs size by size (or, given one run of "
+                                              "--groups, its layouts side by side)")
     cmp.add_argument("a")
-    cmp.add_argument("b")
+    cmp.add_argument("b", nargs="?")
     cmp.add_argument("--threshold", type=_positive, default=1.10,
                      help="mark sizes where B/A exceeds this (default %(default)s)")
     cmp.add_argument("--noise-threshold", type=_percent, default=5.0, metavar="PERCENT",
@@ -92,6 +94,11 @@ def main(argv=None):
             if args.plot:
                 buckets.plot(advice, args.plot)
                 print(f"{PROG}: wrote {args.plot}", file=sys.stderr)
+        elif args.command == "compare" and args.b is None:
+            try:
+                print(render_layouts(layouts(load_run(args.a)), args.format))
+            except ValueError as error:
+                raise ReportError(str(error)) from None
         elif args.command == "compare":
             print(render(compare(load_run(args.a), load_run(args.b), args.threshold,
                                  args.noise_threshold / 100), args.format))

@@ -11,6 +11,7 @@ import torch
 
 import constants
 
+from . import groups as grouping
 from .dtypes import dtype_list, get_dtype
 from .errors import PROG, UsageError
 from .numbers import byte_count, float_in, int_at_least
@@ -68,6 +69,13 @@ def _cpu_list(text):
         raise argparse.ArgumentTypeError(f"CPUs {text} are not all ones this process may use "
                                          f"({usable})")
     return cpus
+
+
+def _layouts(text):
+    try:
+        return grouping.kinds(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _dtype_names(text):
@@ -190,6 +198,11 @@ def benchmark_parser():
                         help="time each size as R windows of --trials trials, spread over the "
                              "run (one per pass over the sizes); the table gains a 95%% "
                              "interval of Duration (default 1)")
+    parser.add_argument("--groups", type=_layouts, default=None, metavar="LAYOUTS",
+                        help="run each op concurrently in sub-groups instead of the whole world: "
+                             "intra (the ranks of each host together, every host at once), inter "
+                             "(one rank per host, every local-rank column at once), world; a "
+                             "comma list runs each in turn (default: world)")
     parser.add_argument("--pin", action="store_true",
                         help="pin each rank and the threads it starts (the backend's) to one CPU "
                              "of its own, by local rank: steadier figures on a shared host")

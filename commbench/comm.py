@@ -21,6 +21,7 @@ import torch
 import torch.distributed
 
 from .dtypes import check_dtype_for_backend
+from . import groups as grouping
 from .errors import BenchmarkError, UsageError
 from .guard import deadline
 from .launch import check_master_address, discover_launch_env, master_address, master_port
@@ -106,6 +107,26 @@ class Comm:
     # This rank's own reason to stop (its output failed): a BenchmarkError it ends with once the
     # ranks have agreed to stop (guard.agree_to_go_on).
     stop: object = None
+    # --groups: `rank`, `world_size`, `dist`, `all_gather` and `reduce_scatter` are those of
+    # this rank's group in the layout in use (use_layout); the world's rank stays here.
+    global_rank: int = 0
+    layouts: dict = field(default_factory=dict)  # kind -> groups.Layout, made at start-up
+    layout: object = None  # the Layout in use; None: the whole world, as without --groups
+
+    def use_layout(self, kind):
+        """Measure in layout `kind` (one made at start-up) from here on."""
+        chosen = self.layouts[kind]
+        self.layout = None if kind == "world" else chosen
+        self.dist, self.all_gather, self.reduce_scatter = \
+            chosen.dist, chosen.all_gather, chosen.reduce_scatter
+        self.rank, self.world_size = chosen.ranks.index(self.global_rank), len(chosen.ranks)
+
+    @property
+    def group_layout(self):
+        """(kind, groups, index of this rank's group) of the layout in use."""
+        if self.layout is None:
+            return "world", [list(range(len(self.hostnames)))], 0
+        return self.layout.kind, self.layout.groups, self.layout.index
 
     def stop_on(self, error):
         if self.stop is None:
@@ -124,7 +145,8 @@ class Comm:
             torch.accelerator.synchronize(self.device)
 
     def barrier(self):
-        self.dist.barrier()
+        """Of the whole world whatever the layout: groups of a layout start each window together."""
+        (self.layouts["world"].dist if self.layouts else self.dist).barrier()
 
     def sync_all(self):
         """Device sync then barrier: every rank is idle and at the same point."""
@@ -151,23 +173,23 @@ class Comm:
     def gather_figures(self, figures):
         """Every rank's list of floats (all of one length), on every rank."""
         mine = torch.tensor(figures, dtype=torch.float64, device=self.device)
-        everyone = torch.empty(self.world_size * len(figures), dtype=torch.float64,
-                               device=self.device)
-        all_gather = _torch_one_tensor_api(self.world_size)[0]
+        world_size = len(self.hostnames)
+        everyone = torch.empty(world_size * len(figures), dtype=torch.float64, device=self.device)
+        all_gather = _torch_one_tensor_api(world_size)[0]
         all_gather(everyone, mine)
-        return everyone.view(self.world_size, len(figures)).tolist()
+        return everyone.view(world_size, len(figures)).tolist()
 
 
 def _list_form(collective, world_size):
     """all_gather / reduce_scatter through the list API, for a torch without one-tensor forms."""
     if collective == "all_gather":
-        def call(output, input, async_op=False):
+        def call(output, input, async_op=False, **group):
             return torch.distributed.all_gather(list(output.chunk(world_size)), input,
-                                                async_op=async_op)
+                                                async_op=async_op, **group)
     else:
-        def call(output, input, *reduce_args, async_op=False):
+        def call(output, input, *reduce_args, async_op=False, **group):
             return torch.distributed.reduce_scatter(output, list(input.chunk(world_size)),
-                                                    *reduce_args, async_op=async_op)
+                                                    *reduce_args, async_op=async_op, **group)
     return call
 
 
@@ -312,7 +334,7 @@ def init_comm(local_rank, args):
                 local_rank=launch.local_rank, world_size=world_size,
                 local_world_size=local_world_size, all_gather=gather, reduce_scatter=scatter,
                 one_tensor_all_gather=one_tensor, hostnames=hostnames, accelerator=ds_accelerator,
-                reduce_args=reduce_args(dist_module, getattr(args, "op", "sum")))
+                reduce_args=reduce_args(dist_module, getattr(args, "op", "sum")), global_rank=rank)
     if starting:  # once per run, not again for each op or utils.max_numel call that reuses it
         layer = "deepspeed.comm" if ds_dist else "torch.distributed"
         note(comm, f"{args.dist} ({layer}), backend {torch.distributed.get_backend()}, device "
@@ -320,7 +342,36 @@ def init_comm(local_rank, args):
                    f"{len(set(hostnames))} host(s), launcher environment: {launch.launcher}" +
                    (f"; each rank pinned to one CPU (rank 0: CPU {pinned})" if pinned is not None
                     else ""))
+    if getattr(args, "groups", None):
+        comm.layouts = _make_layouts(comm, args.groups, dist_module, gather, scatter, one_tensor)
     return comm
+
+
+def _make_layouts(comm, kinds, dist_module, gather, scatter, one_tensor):
+    """Every layout of --groups (and the world's), with its process groups: every rank creates
+    every group, in the same order (torch's rule for new_group)."""
+    layouts = {"world": grouping.Layout("world", [list(range(comm.world_size))], 0, dist_module,
+                                        gather, scatter)}
+    for kind in kinds:
+        if kind == "world":
+            continue
+        groups = grouping.layout(kind, comm.hostnames)
+        made = [torch.distributed.new_group(ranks) for ranks in groups]
+        index = next(i for i, ranks in enumerate(groups) if comm.rank in ranks)
+        group, size = made[index], len(groups[index])
+        if one_tensor:
+            group_gather = functools.partial(gather, group=group)
+            group_scatter = functools.partial(scatter, group=group)
+        else:
+            group_gather = functools.partial(_list_form("all_gather", size), group=group)
+            group_scatter = functools.partial(_list_form("reduce_scatter", size), group=group)
+        layouts[kind] = grouping.Layout(kind, groups, index,
+                                        grouping.InGroup(dist_module, group, groups[index]),
+                                        group_gather, group_scatter)
+        note(comm, f"--groups {kind}: " + "; ".join(
+            grouping.header_qualifier(kind, i, ranks, comm.hostnames).split(" ", 1)[1]
+            for i, ranks in enumerate(groups)))
+    return layouts
 
 
 _REDUCE_OP_NAMES = {"sum": "SUM", "prod": "PRODUCT", "min": "MIN", "max": "MAX", "avg": "AVG"}

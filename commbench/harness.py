@@ -22,7 +22,7 @@ from .guard import (RESULTS_LOCK, agree_to_go_on, deadline, guard_stop_signals, 
 from .memory import MemoryMeter
 from .sizes import allocate, plan_single_size, sweep_numels
 from .table import duration_text, emit_or_stop, note, output_failure, print_header, print_row
-from . import overlap
+from . import groups as grouping, overlap
 from .timing import STATS, interval, odd_window, summarize, time_op, window
 
 
@@ -40,7 +40,7 @@ def _open_results(args, comm, ops):
     that worked, so that none goes on to measure alone."""
     from . import results  # only runs that write one pay for it
     writer, failure = None, None
-    if comm.rank == 0:
+    if comm.global_rank == 0:
         try:
             path = results.free_path(args.output, args.overwrite)
             writer = results.open_writer(path, run_meta(args, comm, ops))
@@ -62,8 +62,11 @@ def run_meta(args, comm, ops):
         "ops": list(ops), "dist": comm.name, "backend": comm.backend, "device": comm.device.type,
         "master_addr": os.environ.get("MASTER_ADDR"), "master_port": os.environ.get("MASTER_PORT"),
         "dtype": args.dtype, "dtypes": dtypes_for(args, comm.backend),
-        "reduce_op": getattr(args, "op", "sum"), "world_size": comm.world_size,
+        "reduce_op": getattr(args, "op", "sum"), "world_size": len(comm.hostnames),
         "hostnames": comm.hostnames,
+        # --groups: the layouts run, each as its groups' global ranks
+        "groups": {kind: layout.groups for kind, layout in comm.layouts.items()
+                   if kind in (getattr(args, "groups", None) or [])} or None,
         "versions": versions, "trials": args.trials, "warmups": args.warmups,
         "async_op": args.async_op, "scan": args.scan, "maxsize": args.maxsize,
         "minsize": getattr(args, "minsize", 1), "min_bytes": getattr(args, "min_bytes", None),
@@ -97,76 +100,118 @@ def timed_collective(collective, input, output, args, comm, meter=None, earlier=
 
     meter: the MemoryMeter started before the buffers were allocated, for the record's
     memory figure. earlier: the Timings of this size's earlier windows (--repeat); the row's
-    figure is then the mean over every window's trials, with its 95% interval. Returns the
-    record written to the results file (bytes, seconds, bytes/s).
+    figure is then the mean over every window's trials, with its 95% interval. Under --groups
+    every group of the layout gets its row (group 0's at once, the others' in their own table
+    after the op) and its record. Returns the record of this rank's group (bytes, seconds,
+    bytes/s).
     """
     call = collective.bind(comm, input, output, args.async_op)
     timing = time_op(call, args, comm)
     windows = list(earlier or []) + [timing]
     mean, low, high = interval([w.mean for w in windows], [w.count for w in windows])
-    trials = sum(w.count for w in windows)
     hidden = _overlap(collective, input, output, timing.count, args, comm) \
         if getattr(args, "overlap", False) else None
-    wrong = None
-    if args.check:
-        wrong = comm.sum_over_ranks(count_wrong(collective, call, input, output, args, comm))
+    wrong = count_wrong(collective, call, input, output, args, comm) if args.check else 0
     used = meter.peak() if meter is not None else None
-    mine = [mean, trials, -1 if used is None else used]
+    # This rank's figures, gathered from every rank: each group's row is its first rank's
+    # figure (rank 0's for the world, as the original prints), with its ranks' spread beside.
+    mine = [mean, low, high, sum(w.count for w in windows), -1 if used is None else used, wrong]
     if args.stats:
         mine += [summarize(timing.trials)[k] for k in STATS] + [timing.late]
-    per_rank = comm.gather_figures(mine)
+    if hidden is not None:
+        mine += hidden.figures()
+    if len(windows) > 1:  # --repeat: each window's figure, last
+        mine += [w.mean for w in windows] + [w.count for w in windows]
+    everyone = comm.gather_figures(mine)
+    if len(windows) > 1:
+        odd = odd_window([w.mean for w in windows])
+        if odd:
+            note(comm, f"WARNING: {collective.name} at {input.element_size() * input.nelement()} "
+                       f"bytes per rank: {odd}")
+    kind, groups, own = comm.group_layout
+    found = None
+    for index, ranks in enumerate(groups):
+        record, row = _group_result(collective, input, args, comm, [everyone[r] for r in ranks],
+                                    ranks, len(windows))
+        if kind != "world":
+            record.update(groups=kind, group=index, group_ranks=ranks)
+            where = f" in {grouping.header_qualifier(kind, index, ranks, comm.hostnames)}"
+        else:
+            where = ""
+        if record["wrong"]:
+            comm.failures.append(f"{collective.name} at {record['size_bytes']} bytes per rank"
+                                 f"{where}: {record['wrong']} wrong element"
+                                 f"{'s' if record['wrong'] > 1 else ''}")
+        if index == 0:
+            print_row(args, comm, *row)
+        elif comm.global_rank == 0:
+            comm.layout.pending.setdefault(index, []).append(row)
+        _add_record(comm, record)
+        if index == own:
+            found = record
+    if args.debug and collective.debug is not None:
+        emit_or_stop(comm, sys.stderr, f"{PROG}: [rank {comm.global_rank}] "
+                                       f"{collective.debug(comm, input, output)}", "--debug output")
+    return found
 
-    n, size, numel = comm.world_size, input.element_size() * input.nelement(), input.nelement()
+
+# Where each figure sits in the per-rank lists timed_collective gathers.
+_MEAN, _LOW, _HIGH, _TRIALS, _MEMORY, _WRONG = range(6)
+_STATS_AT = 6
+
+
+def _group_result(collective, input, args, comm, per_rank, ranks, repeat):
+    """The record and the table row (print_row's arguments after comm) of one group's ranks'
+    figures (`per_rank`, in the order of `ranks`, global ranks)."""
+    lead = per_rank[0]
+    mean, trials = lead[_MEAN], int(lead[_TRIALS])
+    size, numel = input.element_size() * input.nelement(), input.nelement()
     record = {**_size_record(collective, input, comm, mean), "trials": trials,
-              "trials_per_rank": [int(figures[1]) for figures in per_rank],
-              "durations_per_rank_s": [figures[0] for figures in per_rank], "wrong": wrong,
-              "memory_used_per_rank_bytes": [None if figures[2] < 0 else int(figures[2])
-                                             for figures in per_rank]}
+              "trials_per_rank": [int(figures[_TRIALS]) for figures in per_rank],
+              "durations_per_rank_s": [figures[_MEAN] for figures in per_rank],
+              "wrong": int(sum(figures[_WRONG] for figures in per_rank)) if args.check else None,
+              "memory_used_per_rank_bytes": [None if figures[_MEMORY] < 0 else
+                                             int(figures[_MEMORY]) for figures in per_rank]}
     if collective.reduces:
         record["reduce_op"] = getattr(args, "op", "sum")
     extra = [str(trials)] if args.time_budget else []
-    if len(windows) > 1:
-        record.update(repeat=len(windows), windows_s=[w.mean for w in windows],
-                      window_trials=[w.count for w in windows], ci95_s=[low, high])
+    if repeat > 1:
+        low, high = lead[_LOW], lead[_HIGH]
+        record.update(repeat=repeat, windows_s=lead[-2 * repeat:-repeat],
+                      window_trials=[int(count) for count in lead[-repeat:]], ci95_s=[low, high])
         extra.append(f"±{(high - mean) / mean * 100:.1f}%" if mean > 0 else "-")
-        odd = odd_window([w.mean for w in windows])
-        if odd:
-            note(comm, f"WARNING: {collective.name} at {size} bytes per rank: {odd}")
+    at = _STATS_AT
     if args.stats:
-        record["stats"] = dict(zip(STATS, per_rank[0][3:]))
-        record["stats_per_rank"] = [dict(zip(STATS + ("late_s",), figures[3:]))
+        stats_end = at + len(STATS)
+        record["stats"] = dict(zip(STATS, lead[at:stats_end]))
+        record["stats_per_rank"] = [dict(zip(STATS + ("late_s",), figures[at:stats_end + 1]))
                                     for figures in per_rank]
         # The straggler is the rank the others wait for: in a collective every rank's trials
         # end together, so the one that is slowest is the one that comes latest to each call.
-        slowest = max(range(n), key=lambda r: per_rank[r][-1])
+        slowest = ranks[max(range(len(ranks)), key=lambda i: per_rank[i][stats_end])]
         record["slowest_rank"] = slowest
         record["slowest_host"] = comm.hostnames[slowest]
         extra += [duration_text(args, record["stats"]["median_s"]),
-                 duration_text(args, record["stats"]["p99_s"]),
+                  duration_text(args, record["stats"]["p99_s"]),
                   # across hosts, the straggler's host too: which link or node to look at
                   str(slowest) if len(set(comm.hostnames)) == 1 else
                   f"{slowest}@{comm.hostnames[slowest]}"]
-    if hidden is not None:
-        everyone = comm.gather_figures(hidden.figures())
-        record["overlap"] = dict(zip(overlap.FIELDS, hidden.figures()))
-        record["overlap_pct_per_rank"] = [figures[3] for figures in everyone]
-        extra += [duration_text(args, hidden.comm_s), duration_text(args, hidden.compute_s),
-                  duration_text(args, hidden.total_s), f"{hidden.overlap_pct:.1f}"]
+        at = stats_end + 1
+    if getattr(args, "overlap", False):
+        figures = lead[at:at + len(overlap.FIELDS)]
+        record["overlap"] = dict(zip(overlap.FIELDS, figures))
+        record["overlap_pct_per_rank"] = [f[at + overlap.FIELDS.index("overlap_pct")]
+                                          for f in per_rank]
+        comm_s, compute_s, total_s, pct = figures
+        extra += [duration_text(args, comm_s), duration_text(args, compute_s),
+                  duration_text(args, total_s), f"{pct:.1f}"]
     if args.check:
-        extra.append(str(wrong))
-        if wrong:
-            comm.failures.append(f"{collective.name} at {size} bytes per rank: {wrong} wrong "
-                                 f"element{'s' if wrong > 1 else ''}")
+        extra.append(str(record["wrong"]))
     scale = 8 if args.bw_unit == "Gbps" else 1
     description = f"{numel}x{input.element_size()}" if collective.payload else "-"
     tput, busbw = record["throughput_Bps"], record["busbw_Bps"]
-    print_row(args, comm, size, description, mean, tput and tput * scale,
-              busbw and busbw * scale, extra)
-    _add_record(comm, record)
-    if args.debug and collective.debug is not None:
-        emit_or_stop(comm, sys.stderr, f"{PROG}: [rank {comm.rank}] "
-                                       f"{collective.debug(comm, input, output)}", "--debug output")
-    return record
+    return record, (size, description, mean, tput and tput * scale, busbw and busbw * scale,
+                    extra)
 
 
 def _overlap(collective, input, output, count, args, comm):
@@ -182,7 +227,7 @@ def _overlap(collective, input, output, count, args, comm):
 
 def _progress(comm, op_name, total):
     """A progress bar over the sizes of an op, on rank 0 when stderr is a terminal; else None."""
-    if comm.rank != 0 or total < 2 or not sys.stderr.isatty():
+    if comm.global_rank != 0 or total < 2 or not sys.stderr.isatty():
         return None
     try:
         from tqdm import tqdm
@@ -205,8 +250,9 @@ def runs_per_dtype(args, comm):
 
 
 def run_collective(collective, args, comm):
-    """For each dtype of the run, the header, then one row per message size: a scan, or the
-    largest size that fits. An op without payload (barrier) runs once, whatever the dtypes."""
+    """For each layout of --groups (the world without it) and each dtype of the run, the
+    header, then one row per message size: a scan, or the largest size that fits. An op
+    without payload (barrier) runs once, whatever the dtypes."""
     if comm.world_size < collective.min_world_size:
         raise BenchmarkError(f"{collective.name} needs at least {collective.min_world_size} ranks, "
                              f"this world has {comm.world_size}; launch it with e.g. "
@@ -214,8 +260,15 @@ def run_collective(collective, args, comm):
     runs = runs_per_dtype(args, comm)
     several = len(runs) > 1 and collective.payload
     records = []
-    for one in runs if collective.payload else runs[:1]:
-        records += _run_sizes(collective, one, comm, one.dtype if several else None)
+    try:
+        for kind in getattr(args, "groups", None) or ["world"]:
+            if comm.layouts:
+                comm.use_layout(kind)
+            for one in runs if collective.payload else runs[:1]:
+                records += _run_sizes(collective, one, comm, one.dtype if several else None)
+    finally:
+        if comm.layouts:
+            comm.use_layout("world")
     return records
 
 
@@ -230,8 +283,14 @@ def _run_sizes(collective, args, comm, dtype_shown):
     qualifiers = [f"dtype {dtype_shown}"] if dtype_shown else []
     if collective.reduces and getattr(args, "op", "sum") != "sum":
         qualifiers.append(f"op {args.op}")
-    print_header(args, collective.name, collective.shown_world_size or comm.world_size, comm,
-                 qualifiers)
+    kind, groups, _ = comm.group_layout
+    shown = collective.shown_world_size or comm.world_size
+
+    def header(index):
+        where = [grouping.header_qualifier(kind, index, groups[index], comm.hostnames)] \
+            if kind != "world" else []
+        print_header(args, collective.name, shown, comm, qualifiers + where)
+    header(0)
     # --repeat R: R passes over the sizes, one window of each size per pass, so that each size's
     # windows are spread over the op's whole run and drift hits them alike; the rows (and the
     # whole records) come in the last pass, each window's record as it is measured.
@@ -241,7 +300,7 @@ def _run_sizes(collective, args, comm, dtype_shown):
     for window_index in range(repeat):
         last = window_index == repeat - 1
         for position, numel in enumerate(numels):
-            where = (f"rank {comm.rank}: {collective.name} at {numel} elements of {args.dtype} "
+            where = (f"rank {comm.global_rank}: {collective.name} at {numel} elements of {args.dtype} "
                      "per rank")
             with deadline(args.timeout, f"{where} did not finish within {args.timeout:g} s; a "
                                         "peer rank likely died or is stuck (see its log)"):
@@ -269,16 +328,28 @@ def _run_sizes(collective, args, comm, dtype_shown):
                 bar.update(1)
     if bar is not None:
         bar.close()
+    if comm.layout is not None:  # the other groups' tables, rows as measured
+        for index in range(1, len(groups)):
+            header(index)
+            for row in comm.layout.pending.pop(index, []):
+                print_row(args, comm, *row)
     return records
 
 
 def _time_window(collective, input, output, args, comm, index):
     """One window of a size in a pass before the last (--repeat): timed, and its figure written
-    to the results file at once (a record with "window": index), so that a run that dies keeps it."""
+    to the results file at once (a record with "window": index, one per group under --groups),
+    so that a run that dies keeps it."""
     timing = time_op(collective.bind(comm, input, output, args.async_op), args, comm)
-    if comm.results is not None:
-        _add_record(comm, {**_size_record(collective, input, comm, timing.mean),
-                           "window": index, "repeat": args.repeat, "trials": timing.count})
+    everyone = comm.gather_figures([timing.mean, timing.count])
+    kind, groups, _ = comm.group_layout
+    for number, ranks in enumerate(groups):
+        mean, count = everyone[ranks[0]]
+        record = {**_size_record(collective, input, comm, mean), "window": index,
+                  "repeat": args.repeat, "trials": int(count)}
+        if kind != "world":
+            record.update(groups=kind, group=number, group_ranks=ranks)
+        _add_record(comm, record)
     return timing
 
 

@@ -79,7 +79,7 @@ class Compute:
                  if self.comm.device.type == "cpu" else
                  f"the default stream of {self.comm.device}, beside the collective's own stream")
         return (f"--overlap: the compute phase is {self.dim}x{self.dim} float32 matmuls, "
-                f"{self.seconds * 1e6:.1f} us each on rank {self.comm.rank}, in {where}")
+                f"{self.seconds * 1e6:.1f} us each on rank {self.comm.global_rank}, in {where}")
 
 
 def _wait(work):

@@ -211,25 +211,30 @@ def _typed_csv_row(row):
     return typed
 
 
+def series(record):
+    """What a record is a figure of: op, dtype, --groups layout and group, size."""
+    return (record.get("op"), record.get("dtype"), record.get("groups"), record.get("group"),
+            record.get("size_bytes"))
+
+
 def final(records):
-    """The results of a run, one per op, dtype and size: the whole record of each size, or where
+    """The results of a run, one per op, dtype, group and size: the whole record of each size, or where
     a run ended before --repeat's last pass, the last window recorded of it."""
-    whole = {(r.get("op"), r.get("dtype"), r.get("size_bytes")) for r in records
-             if r.get("window") is None}
+    whole = {series(r) for r in records if r.get("window") is None}
     latest = {}
     for r in records:
-        key = (r.get("op"), r.get("dtype"), r.get("size_bytes"))
+        key = series(r)
         if r.get("window") is None or key not in whole:
             latest[key] = r
     return list(latest.values())
 
 
 def windows(records):
-    """{(op, dtype, size): [seconds of each window]} from --repeat's records: the whole record's
+    """{series(record): [seconds of each window]} from --repeat's records: the whole record's
     list, or for a run that ended early, the windows recorded one by one."""
     found = {}
     for r in records:
-        key = (r.get("op"), r.get("dtype"), r.get("size_bytes"))
+        key = series(r)
         if r.get("windows_s"):
             found[key] = [float(w) for w in r["windows_s"]]
         elif r.get("window") is not None and key not in found:

@@ -16,13 +16,13 @@ def emit(stream, line):
 
 
 def print_rank_0(comm, message):
-    if comm.rank == 0:
+    if comm.global_rank == 0:
         emit_or_stop(comm, sys.stdout, message, "the table")
 
 
 def note(comm, message):
     """A diagnostic on stderr, from rank 0."""
-    if comm.rank == 0:
+    if comm.global_rank == 0:
         emit_or_stop(comm, sys.stderr, f"{PROG}: {message}", "a note")
 
 

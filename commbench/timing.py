@@ -114,7 +114,7 @@ def _injected_delay(comm):
     """Test hook: COMMBENCH_INJECT_DELAY=rank:seconds makes that rank late for every trial."""
     target = os.environ.get(DELAY_VARIABLE, "")
     rank, _, seconds = target.partition(":")
-    return float(seconds) if rank == str(comm.rank) else 0.0
+    return float(seconds) if rank == str(comm.global_rank) else 0.0
 
 
 MIN_BUDGET_TRIALS = 5

@@ -93,12 +93,18 @@ def _from_results(path):
                   next(iter(dtypes)) if len(dtypes) == 1 else None)
         for r in records:
             key = r["op"] if len(dtypes) < 2 or not r.get("dtype") else f"{r['op']} {r['dtype']}"
+            key = layout_key(key, r.get("groups"))
             busbw = r["busbw_Bps"]  # None: an op without payload (barrier)
-            run.ops.setdefault(key, {})[r["size_bytes"]] = Measurement(
-                r["size_bytes"], float(r["duration_s"]), 0.0 if busbw is None else float(busbw))
-            found = repeated.get((r["op"], r.get("dtype"), r["size_bytes"]))
+            measured = Measurement(r["size_bytes"], float(r["duration_s"]),
+                                   0.0 if busbw is None else float(busbw))
+            if not _slower(run, key, measured):
+                continue
+            run.ops.setdefault(key, {})[r["size_bytes"]] = measured
+            found = repeated.get(results.series(r))
             if found and len(found) > 1:
                 run.windows.setdefault(key, {})[r["size_bytes"]] = found
+            elif key in run.windows:
+                run.windows[key].pop(r["size_bytes"], None)
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise ReportError(f"{path}: not a results file of this suite ({type(error).__name__}: "
                           f"{error})") from None
@@ -107,7 +113,22 @@ def _from_results(path):
     return run
 
 
-HEADER = re.compile(r"^---- Performance of (\w+) on (\d+) devices(?:, dtype (\w+))?")
+def layout_key(key, kind):
+    """The op key of a --groups layout's figures: `all_reduce intra`; the world's stays bare."""
+    return key if kind in (None, "world") else f"{key} {kind}"
+
+
+def _slower(run, key, measured):
+    """A layout's groups all measure each size at once: its figure is the slowest group's (the
+    one a step in which every group communicates waits for). True: `measured` is that one."""
+    if len(key.split()) < 2 or key.split()[-1] not in ("intra", "inter"):
+        return True
+    earlier = run.ops.get(key, {}).get(measured.size)
+    return earlier is None or measured.duration > earlier.duration
+
+
+HEADER = re.compile(r"^---- Performance of (\w+) on (\d+) devices(?:, dtype (\w+))?"
+                    r"(?:, op \w+)?(?:, (intra|inter)-host group \d+)?")
 
 
 def _from_table(path, text):
@@ -117,8 +138,9 @@ def _from_table(path, text):
     for line in text.splitlines():
         header = HEADER.match(line)
         if header:
-            op = header.group(1) + (f" {header.group(3)}" if header.group(3) else "")
-            if op != "pt2pt":  # pt2pt's header always says 2 devices
+            op = layout_key(header.group(1) + (f" {header.group(3)}" if header.group(3) else ""),
+                            header.group(4))
+            if header.group(1) != "pt2pt" and not header.group(4):  # pt2pt's says 2 devices
                 world.add(int(header.group(2)))
             continue
         if line.startswith("Size (Bytes)"):
@@ -144,7 +166,9 @@ def _from_table(path, text):
             busbw = float(fields[6])
         numel, element_size = map(int, description.split("x"))
         size = numel * element_size
-        run.ops.setdefault(op, {})[size] = Measurement(size, duration, busbw * 1e9 / scale)
+        measured = Measurement(size, duration, busbw * 1e9 / scale)
+        if _slower(run, op, measured):
+            run.ops.setdefault(op, {})[size] = measured
     run.world_size = world.pop() if len(world) == 1 else None
     if not run.ops:
         raise ReportError(f"{path}: no table rows found")

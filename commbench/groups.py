@@ -1,0 +1,104 @@
+"""--groups: each op run concurrently in sub-groups of the world instead of the whole world, to
+see where the time goes between nodes. `intra`: the ranks of each host together (every host
+at once); `inter`: one rank per host (every local-rank column at once); `world`: the whole
+world, as without the flag.
+
+A layout is made once per run (every rank creates every group, in the same order, as torch
+requires); the op scripts are unchanged: in a layout, `comm.dist` is a view of the layer whose
+calls carry `group=` and translate roots from group ranks to global ranks, and `comm.rank` /
+`comm.world_size` are the rank in the group and the group's size.
+"""
+
+import functools
+from dataclasses import dataclass, field
+
+from .errors import UsageError
+
+KINDS = ("world", "intra", "inter")
+TITLES = {"world": "world", "intra": "intra-host", "inter": "inter-host"}
+
+
+def kinds(text):
+    """--groups' value: a comma list of world, intra, inter, each once, in the order given."""
+    names = [name.strip() for name in text.split(",")]
+    unknown = [name for name in names if name not in KINDS]
+    if unknown or not names:
+        raise ValueError(f"'{unknown[0] if unknown else text}' is not a group layout: use world, "
+                         "intra or inter (or a comma list of them)")
+    if len(set(names)) != len(names):
+        raise ValueError(f"'{text}' names a layout twice")
+    return names
+
+
+def layout(kind, hostnames):
+    """The groups of `kind` as lists of global ranks, hosts in the order their first rank comes.
+    Raises UsageError for a layout this world cannot make (groups of one rank, uneven hosts)."""
+    world = len(hostnames)
+    if kind == "world":
+        return [list(range(world))]
+    hosts = list(dict.fromkeys(hostnames))
+    per_host = [[rank for rank, name in enumerate(hostnames) if name == host] for host in hosts]
+    counts = sorted({len(ranks) for ranks in per_host})
+    if len(counts) > 1:
+        shape = ", ".join(f"{host} {len(ranks)}" for host, ranks in zip(hosts, per_host))
+        raise UsageError(f"--groups {kind} needs the same number of ranks on every host ({shape})")
+    groups = per_host if kind == "intra" else [list(column) for column in zip(*per_host)]
+    if len(groups[0]) < 2:
+        where = (f"{world} rank{'s' if world > 1 else ''} on 1 host" if kind == "inter" else
+                 f"1 rank on each of {len(hosts)} hosts")
+        raise UsageError(f"--groups {kind}: {where} make groups of one rank; {kind} needs "
+                         + ("ranks on 2 or more hosts" if kind == "inter" else
+                            "2 or more ranks per host"))
+    return groups
+
+
+def header_qualifier(kind, index, ranks, hostnames):
+    """The header's words for group `index` of a layout: `intra-host group 1 (ranks 2 3 on n2)`."""
+    where = f" on {hostnames[ranks[0]]}" if kind == "intra" else ""
+    return f"{TITLES[kind]} group {index} (ranks {' '.join(map(str, ranks))}{where})"
+
+
+# The calls whose root argument (at this position) is a rank: given as a group rank by the
+# op scripts, passed on as the global rank, as torch and deepspeed.comm both want it.
+_ROOT_POSITION = {"broadcast": 1, "reduce": 1, "send": 1, "recv": 1, "isend": 1, "irecv": 1,
+                  "gather": 2, "scatter": 2}
+
+
+class InGroup:
+    """A view of a communication module (torch.distributed or deepspeed.comm) whose calls run in
+    one process group: `group=` added, roots translated. Anything else passes through."""
+
+    def __init__(self, module, group, ranks):
+        self._module, self._group, self._ranks = module, group, ranks
+
+    def __getattr__(self, name):
+        attribute = getattr(self._module, name)
+        if not callable(attribute) or isinstance(attribute, type) or name[:1].isupper():
+            return attribute  # ReduceOp and the like
+        if name in _ROOT_POSITION:
+            return _rooted(attribute, _ROOT_POSITION[name], self._ranks, self._group)
+        return functools.partial(attribute, group=self._group)
+
+
+def _rooted(function, position, ranks, group):
+    def call(*args, **kwargs):
+        args = list(args)
+        args[position] = ranks[args[position]]
+        return function(*args, group=group, **kwargs)
+    return call
+
+
+@dataclass
+class Layout:
+    kind: str
+    groups: list  # lists of global ranks
+    index: int  # this rank's group
+    dist: object  # the layer's view for this rank's group (InGroup), or the layer itself
+    all_gather: object
+    reduce_scatter: object
+    # rank 0: the rows of groups after the first, per group, for their tables after the op's
+    pending: dict = field(default_factory=dict)
+
+    @property
+    def ranks(self):
+        return self.groups[self.index]
