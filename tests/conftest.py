@@ -22,7 +22,10 @@ PLAN = re.compile(r"commbench: (?P<op>\w+): per-rank memory (?P<memory>\d+) B \(
                   r"B reserve = (?P<need>\d+) B, (?P<verdict>within|over) the (?P<usable>\d+) B usable "
                   r"\(90%\)(?:, so capped)?; planned: (?P<numel>\d+) elements, (?P<planned>\d+) B$")
 # The title line; a run of several dtypes or another --op names them after the device count.
-HEADER = re.compile(r"^---- Performance of (\w+) on (\d+) devices((?:, \w+ \w+)*) -+$")
+HEADER = re.compile(r"^---- Performance of (\w+) on (\d+) devices((?:, [\w -]+(?: \([\w .-]+\))?)*)"
+                    r" -+$")
+# --groups: `, intra-host group 1 (ranks 2 3 on n2)`, `, inter-host group 0 (ranks 0 2)`
+GROUP = re.compile(r"(intra|inter)-host group (\d+) \(ranks ([\d ]+?)(?: on (\S+))?\)")
 ROW_LINE = re.compile(r"^\S")
 
 
@@ -99,7 +102,16 @@ def parse_tables(stdout):
             *columns, extra = split_row(lines[i + 1])
             columns += extra
             assert lines[i + 2] == "-" * 100, f"no dash line under the header:\n{stdout}"
-            qualifiers = dict(part.split(" ") for part in match.group(3).split(", ")[1:])
+            qualifiers = {}
+            for part in match.group(3).split(", ")[1:]:
+                group = GROUP.fullmatch(part)
+                if group:
+                    qualifiers.update(layout=group.group(1), group=int(group.group(2)),
+                                      ranks=[int(r) for r in group.group(3).split()],
+                                      host=group.group(4))
+                else:
+                    key, value = part.split(" ")
+                    qualifiers[key] = value
             current = Table(match.group(1), int(match.group(2)), columns, qualifiers=qualifiers)
             tables.append(current)
             i += 3

@@ -84,18 +84,24 @@ def test_two_hosts_two_ranks_each_under_torchrun(hosts, tmp_path, dist):
 
 
 def test_three_hosts(hosts, tmp_path):
-    """3 hosts (not a power of two) of one rank each."""
+    """3 hosts (not a power of two) of one rank each: the world, and the inter-host layout
+    (one group of the 3, through a sub-group)."""
     name, subnet = hosts(3)
     output = tmp_path / "three.jsonl"
     stdout, stderrs, statuses = across(name, subnet, 3, 1, "--dist=torch", "--all-reduce",
                                        "--all-to-all", "--scan", "--maxsize=5", "--trials=2",
-                                       "--check", f"--output={output}")
+                                       "--check", "--groups=world,inter", f"--output={output}")
     assert statuses == [0, 0, 0], stderrs
     assert "3 ranks on 3 host(s)" in stderrs[0]
     meta = json.loads(output.read_text().splitlines()[0])
     assert meta["hostnames"] == [f"{name}{i}" for i in (1, 2, 3)]
     assert meta["master_addr"] == f"{subnet}.1"
-    assert all(row.extra == ["0"] for t in parse_tables(stdout) for row in t.rows)
+    tables = parse_tables(stdout)
+    assert [(t.op, t.qualifiers.get("ranks")) for t in tables] == [
+        ("all_reduce", None), ("all_reduce", [0, 1, 2]), ("all_to_all", None),
+        ("all_to_all", [0, 1, 2])]
+    assert all(row.extra == ["0"] for t in tables for row in t.rows)
+    assert all(len(t.rows) == 4 for t in tables)
 
 
 def test_hosts_go_down_with_what_runs_in_them(hosts):
