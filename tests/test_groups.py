@@ -85,6 +85,18 @@ def test_layouts_across_two_hosts(hosts, tmp_path, dist):  # noqa: F811
     slowest = max(r["duration_s"] for r in intra if r["size_bytes"] == 16)
     assert f"{slowest * 1e6:.3f}" in report.stdout.split("---- all_gather")[0]
 
+    # the strategy estimate prices tensor parallelism on the intra-host curve, data
+    # parallelism on the inter-host one
+    plan = subprocess.run([sys.executable, "report.py", "strategy", str(output), "--params=1M",
+                           "--hidden=64", "--layers=2", "--seq=8", "--tp=2"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    rows = {line.split(" | ")[0].strip("| "): line for line in plan.stdout.splitlines()
+            if line.startswith("| ")}
+    assert "x all_reduce inter of" in rows["DDP"] and "x all_reduce intra of" in rows["TP=2"]
+    assert "x reduce_scatter inter of" in rows["ZeRO-1"]
+    assert "on 4 ranks" in plan.stdout  # the world's size, not a group's
+
 
 def test_intra_on_one_host_is_one_group(run, tmp_path):
     """On one host, intra is one group of every rank (through a sub-group all the same), and

@@ -85,7 +85,9 @@ def _from_results(path):
                 "an empty file" if os.path.getsize(path) == 0 else
                 "the meta record alone: the run measured nothing" if meta else
                 "not a results file of this suite") + ")")
-        world_sizes = {r["world_size"] for r in records}
+        # --groups: records carry their group's size; the meta the world's
+        world_sizes = {meta["world_size"]} if (meta or {}).get("groups") else \
+            {r["world_size"] for r in records}
         dtypes = {r.get("dtype") or meta.get("dtype") for r in records if "dtype" not in r
                   or r["dtype"] is not None}
         run = Run(path, _label(meta or records[0], path),

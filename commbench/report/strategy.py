@@ -42,11 +42,18 @@ class Curves:
         self.ops = {op: sorted((size, m.duration) for size, m in data.items())
                     for op, data in ops.items() if data}
 
-    def time(self, op, size):
+    def curve(self, op, layout=None):
+        """The key of the curve a collective is priced on: with both --groups layouts measured
+        for `op` (`all_reduce intra`, `all_reduce inter`), `layout`'s; else the world's."""
+        if layout and all(f"{op} {kind}" in self.ops for kind in ("intra", "inter")):
+            return f"{op} {layout}"
+        return op
+
+    def time(self, op, size, layout=None):
         """Seconds for one `op` of `size` bytes: log-log interpolation between the two nearest
         measured sizes; beyond the largest, the largest's bandwidth (marked extrapolated);
-        below the smallest, the smallest's duration (latency-bound)."""
-        points = self.ops.get(op)
+        below the smallest, the smallest's duration (latency-bound). `layout`: see curve()."""
+        points = self.ops.get(self.curve(op, layout))
         if not points:
             raise KeyError(op)
         if size <= points[0][0]:
@@ -92,6 +99,9 @@ class Collective:
     message: float  # bytes, in the suite's Size convention for that op
     count: int  # how many per step
     moved: float  # bytes each rank sends per call (ring algorithms)
+    # The --groups layout whose curve prices it, when the run has both: tensor parallelism
+    # within a host (intra), data parallelism and pipeline stages between hosts (inter).
+    layout: str = "inter"
 
 
 @dataclass
@@ -141,7 +151,7 @@ def plans(w):
         t = w.tp
         result.append(Plan(f"TP={t}", 16 * p / t, [
             Collective("all_reduce", w.activation_bytes, 4 * w.layers * w.micro_batches,
-                       w.activation_bytes * 2 * (t - 1) / t)],
+                       w.activation_bytes * 2 * (t - 1) / t, layout="intra")],
             note=f"2 all_reduce per layer forward and 2 backward, within {t} ranks",
             price=f"splitting every layer across {t} ranks, which wants them in one node"))
     if w.pp:
@@ -161,7 +171,7 @@ def price(plan, curves):
     seconds, extrapolated, missing = 0.0, False, []
     for c in plan.collectives:
         try:
-            estimate = curves.time(c.op, c.message)
+            estimate = curves.time(c.op, c.message, c.layout)
         except KeyError:
             missing.append(c.op)
             continue
@@ -178,8 +188,8 @@ def analyse(w, curves, measured_world_size=None):
         seconds, extrapolated, missing = price(plan, curves)
         rows.append({
             "strategy": plan.name,
-            "collectives": [{"op": c.op, "message_bytes": c.message, "count": c.count}
-                            for c in plan.collectives],
+            "collectives": [{"op": c.op, "message_bytes": c.message, "count": c.count,
+                             "curve": curves.curve(c.op, c.layout)} for c in plan.collectives],
             "bytes_per_rank_per_step": plan.bytes_per_step,
             "comm_seconds_per_step": None if missing else seconds,
             "extrapolated": extrapolated,
@@ -194,11 +204,19 @@ def analyse(w, curves, measured_world_size=None):
         warnings.append(f"the curves were measured on {measured_world_size} ranks, the estimate is "
                         f"for {w.world_size}: rerun the scan on {w.world_size} ranks for figures "
                         "that hold")
+    layered = sorted({c["curve"] for row in rows for c in row["collectives"]
+                      if c["curve"] != c["op"]})
+    notes = []
+    if layered:
+        notes.append("priced on the --groups curves (a layout's slowest group): tensor "
+                        "parallelism within a host, data parallelism and pipeline stages "
+                        f"between hosts ({', '.join(layered)})")
     for op in sorted({op for row in rows for op in row["missing_ops"]}):
         warnings.append(f"the results have no {op}: run `run_all.py --scan "
                         f"--{op.replace('_', '-')}` on the same ranks, then report again")
     return {"params": w.params, "world_size": w.world_size, "gpu_mem_gb": w.gpu_mem_gb,
-            "rows": rows, "warnings": warnings, "recommendation": recommend(rows, w)}
+            "rows": rows, "warnings": warnings, "notes": notes,
+            "recommendation": recommend(rows, w)}
 
 
 def _gb(value):
@@ -277,10 +295,11 @@ def render(analysis, form):
     lines = [f"Model of {analysis['params']:.3g} parameters on {analysis['world_size']} ranks, "
              f"{analysis['gpu_mem_gb']:g} GB per rank", ""]
     lines += [f"> WARNING: {w}" for w in analysis["warnings"]]
+    lines += [f"> {n}" for n in analysis.get("notes", [])]
     lines += ["| strategy | collectives | bytes per rank per step | comm time per step | "
               "model-state memory per rank | fits |", "|---|---|---|---|---|---|"]
     for row in analysis["rows"]:
-        calls = "; ".join(f"{c['count']} x {c['op']} of {c['message_bytes'] / 2 ** 20:.3g} MiB"
+        calls = "; ".join(f"{c['count']} x {c['curve']} of {c['message_bytes'] / 2 ** 20:.3g} MiB"
                           for c in row["collectives"])
         if row["note"]:
             calls += f" ({row['note']})"
