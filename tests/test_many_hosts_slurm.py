@@ -51,8 +51,10 @@ def cluster(hosts):  # noqa: F811
 
 def in_host(name, conf, *cmd, timeout=240):
     """CMD in host 1 of NAME with the cluster's SLURM_CONF and the tests' environment (no
-    MASTER_ADDR, no MASTER_PORT: base_env strips them)."""
-    env = base_env(SLURM_CONF=str(conf))
+    MASTER_ADDR, no MASTER_PORT: base_env strips them; nor a Slurm job's variables, should the
+    tests run inside one: srun would take it for the job to run in)."""
+    env = {key: value for key, value in base_env().items() if not key.startswith("SLURM_")}
+    env["SLURM_CONF"] = str(conf)
     try:
         return subprocess.run([str(SCRIPT), "run", name, "1", *cmd], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=timeout,
