@@ -9,7 +9,8 @@
 #   scripts/sim-slurm.sh down NAME   stop its daemons (by their pid files), remove its state
 #
 # Commands reach it with SLURM_CONF=$COMMBENCH_HOSTS_DIR/NAME/slurm/slurm.conf, run inside a
-# host: SLURM_CONF=... scripts/sim-hosts.sh run NAME 1 srun -N 2 -n 4 hostname
+# host: SLURM_CONF=... scripts/sim-hosts.sh run NAME 1 srun -N 2 --ntasks-per-node=2 hostname
+# (`-N 2 -n 4` alone may place 3 tasks on one node and 1 on the other: each node has 4 CPUs).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 SIM=$here/sim-hosts.sh
@@ -90,7 +91,7 @@ up() {
     fi
     [ -f "$hosts/layout" ] || { echo "sim-slurm: hosts $name are not up (scripts/sim-hosts.sh up $name N)" >&2; exit 1; }
     read -r count subnet < "$hosts/layout"
-    if [ -e "$dir" ]; then echo "sim-slurm: a cluster on $name is already up ($dir)" >&2; exit 1; fi
+    if [ -e "$dir" ]; then echo "sim-slurm: a cluster on $name is already up ($dir; scripts/sim-slurm.sh down $name stops it)" >&2; exit 1; fi
     if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null \
             || ! command -v srun >/dev/null || ! command -v munged >/dev/null; then
         export DEBIAN_FRONTEND=noninteractive
