@@ -5,6 +5,7 @@ Slurm's node lists, and the MASTER_ADDR and MASTER_PORT every rank meets at."""
 import os
 import re
 import socket
+import sys
 from dataclasses import dataclass
 
 import constants
@@ -167,12 +168,84 @@ def master_address(environ, launch):
         or environ.get("SLURM_NODELIST")
     if launch.launcher == "Slurm" and nodelist:
         return expand_nodelist(nodelist)[0]
+    return _rank0_address_by_mpi(launch)
+
+
+# Open MPI's library by the name it has had since 3.0; where mpirun --prefix or a module put it
+# on LD_LIBRARY_PATH, or in the system's library folders, the dynamic loader finds it by name.
+OPEN_MPI_LIBRARY = "libmpi.so.40"
+
+
+def _open_mpi_library():
+    """Open MPI's libmpi, as mpi4py's MPI4PY_LIBMPI wants it, when it loads here; else None."""
+    import ctypes
+    candidates = [os.path.join(os.environ["OPAL_PREFIX"], "lib", OPEN_MPI_LIBRARY)] \
+        if os.environ.get("OPAL_PREFIX") else []
+    candidates += [os.path.join(sys.prefix, "lib", OPEN_MPI_LIBRARY), OPEN_MPI_LIBRARY]
+    for candidate in candidates:
+        try:
+            library = ctypes.CDLL(candidate)
+        except OSError:
+            continue
+        if hasattr(library, "ompi_mpi_comm_self"):  # Open MPI's, not another libmpi.so.40
+            return candidate
+    return None
+
+
+def _rank0_address_by_mpi(launch):
+    """Rank 0's address, gathered with mpi4py from the MPI library of the launcher (SPEC §7).
+
+    mpi4py's wheels carry builds for MPICH and Open MPI and load the first libmpi they find,
+    the venv's (the `mpich` package's) before the system's: in ranks started by Open MPI that
+    MPICH would refuse Open MPI's PMIx and abort, or run as a world of one and give every rank
+    its own address. So under Open MPI mpi4py is pointed at Open MPI's library (unless the
+    user chose one: MPI4PY_LIBMPI, MPI4PY_MPIABI). A library that is not the launcher's (before
+    MPI starts), or a world of another size than the launcher's, is one line naming
+    MASTER_ADDR, alike on every rank: each ends, none waits for a master of its own."""
+    advice = "export MASTER_ADDR=<address of rank 0>"
+    if launch.launcher == "Open MPI" and not (os.environ.get("MPI4PY_LIBMPI")
+                                              or os.environ.get("MPI4PY_MPIABI")):
+        library = _open_mpi_library()
+        if library:
+            os.environ["MPI4PY_LIBMPI"] = library
     try:
+        import mpi4py
+        if "mpi4py.MPI" not in sys.modules:
+            mpi4py.rc.initialize = False  # started below, once its library is known to fit
+            mpi4py.rc.finalize = False
         from mpi4py import MPI
     except ImportError:
         raise BenchmarkError("ranks span several hosts and MASTER_ADDR is not set: install mpi4py "
-                             "(pip install mpi4py) or export MASTER_ADDR=<address of rank 0>") from None
-    return MPI.COMM_WORLD.bcast(_own_address() if launch.rank == 0 else None, root=0)
+                             f"(pip install mpi4py) or {advice}") from None
+    except RuntimeError as error:  # mpi4py found no MPI library it can load
+        raise BenchmarkError(f"ranks span several hosts and MASTER_ADDR is not set, and mpi4py "
+                             f"cannot load an MPI library ({str(error).splitlines()[0]}): "
+                             f"{advice}") from None
+    # its first words: 'MPICH Version: 5.0.2', 'Open MPI v4.1.4'
+    version = " ".join(MPI.Get_library_version().replace("\0", "").split("\n")[0].split(",")[0]
+                       .split())
+    is_open_mpi = "Open MPI" in version
+    if (launch.launcher == "Open MPI") != is_open_mpi and launch.launcher != "Slurm":
+        raise BenchmarkError(f"ranks span several hosts and MASTER_ADDR is not set, but mpi4py "
+                             f"uses {version!r}, not the MPI of the launcher ({launch.launcher}): "
+                             f"{advice}, or point mpi4py at the launcher's libmpi "
+                             "(MPI4PY_LIBMPI=/path/to/libmpi.so)")
+    started = not MPI.Is_initialized()
+    if started:
+        MPI.Init()
+    try:
+        world = MPI.COMM_WORLD
+        if world.Get_size() != launch.world_size:
+            raise BenchmarkError(f"ranks span several hosts and MASTER_ADDR is not set, but "
+                                 f"mpi4py ({version}) sees {world.Get_size()} rank(s) where the "
+                                 f"launcher ({launch.launcher}) started {launch.world_size}: "
+                                 f"{advice}")
+        # the launcher's rank 0, whichever MPI rank it is
+        pairs = world.allgather((launch.rank, _own_address() if launch.rank == 0 else None))
+    finally:
+        if started:
+            MPI.Finalize()  # MPI's part ends here; what follows is torch's
+    return next(address for rank, address in pairs if rank == 0)
 
 
 def master_port(environ):
