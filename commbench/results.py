@@ -18,14 +18,16 @@ FORMATS = (".jsonl", ".csv", ".json")
 
 # The columns of a .csv file, in order; nested figures are flattened to these names.
 CSV_FIELDS = (
-    "op", "dist", "backend", "device", "dtype", "reduce_op", "world_size", "size_bytes", "numel",
+    "op", "dist", "backend", "device", "dtype", "reduce_op", "world_size", "groups", "group",
+    "group_ranks", "size_bytes", "numel",
     "element_size", "window", "repeat", "trials", "duration_s", "ci95_low_s", "ci95_high_s", "throughput_Bps", "busbw_Bps", "wrong",
     "min_s", "median_s", "p99_s", "max_s", "cv", "slowest_rank", "slowest_host", "comm_s", "compute_s", "total_s",
     "overlap_pct", "durations_per_rank_s",
     "trials_per_rank", "memory_used_per_rank_bytes",
 )
 # Per-rank lists, written to a .csv cell as space-separated figures ("-" for none).
-CSV_LISTS = ("durations_per_rank_s", "trials_per_rank", "memory_used_per_rank_bytes")
+CSV_LISTS = ("durations_per_rank_s", "trials_per_rank", "memory_used_per_rank_bytes",
+             "group_ranks")
 
 
 class ResultsError(BenchmarkError):
@@ -196,7 +198,7 @@ def read(path):
 
 def _typed_csv_row(row):
     integers = ("world_size", "size_bytes", "numel", "element_size", "trials", "wrong",
-                "slowest_rank", "window", "repeat")
+                "slowest_rank", "window", "repeat", "group")
     floats = ("duration_s", "throughput_Bps", "busbw_Bps", "min_s", "median_s", "p99_s", "max_s",
               "cv", "comm_s", "compute_s", "total_s", "overlap_pct", "ci95_low_s", "ci95_high_s")
     typed = dict(row)
@@ -206,8 +208,9 @@ def _typed_csv_row(row):
         typed[key] = int(row[key]) if row.get(key) else None
     for key in floats:
         typed[key] = float(row[key]) if row.get(key) else None
-    for key, kind in zip(CSV_LISTS, (float, int, int)):
+    for key, kind in zip(CSV_LISTS, (float, int, int, int)):
         typed[key] = [None if x == "-" else kind(x) for x in (row.get(key) or "").split()]
+    typed["groups"] = row.get("groups") or None
     return typed
 
 
