@@ -131,7 +131,9 @@ def _all_ranks_on_this_host(environ, launch):
 
 
 def _own_address():
-    """This host's address as other hosts reach it, from the standard library alone."""
+    """This host's address as other hosts reach it, from the standard library alone: its host
+    name's address, unless that is a loopback one (Debian and Ubuntu map the host name to
+    127.0.1.1 in /etc/hosts), then the first address of an interface that is up."""
     host = socket.getfqdn()
     try:
         infos = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
@@ -139,7 +141,30 @@ def _own_address():
         infos = []
     addresses = [info[4][0] for info in infos]
     routable = [a for a in addresses if not a.startswith("127.")]
-    return (routable or addresses or ["127.0.0.1"])[0]
+    return (routable or _interface_addresses() or addresses or ["127.0.0.1"])[0]
+
+
+def _interface_addresses():
+    """The IPv4 addresses of this host's interfaces other than loopback, in interface order
+    (Linux: SIOCGIFADDR on each interface; elsewhere none)."""
+    try:
+        import fcntl
+        import struct
+        names = [name for _, name in socket.if_nameindex()]
+    except (ImportError, OSError):
+        return []
+    found = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for name in names:
+            try:
+                answer = fcntl.ioctl(probe.fileno(), 0x8915,  # SIOCGIFADDR
+                                     struct.pack("256s", name.encode()[:15]))
+            except OSError:  # no IPv4 address on it
+                continue
+            address = socket.inet_ntoa(answer[20:24])
+            if not address.startswith("127."):
+                found.append(address)
+    return found
 
 
 def check_master_address(address, rank):

@@ -115,3 +115,19 @@ def test_hosts_go_down_with_what_runs_in_them(hosts):
         assert f"{name}br" not in links and f"{name}v1" not in links
     finally:
         sleeper.kill()
+
+
+def test_rank_0_address_when_the_host_name_is_loopback(hosts, tmp_path):
+    """Debian and Ubuntu map the host name to 127.0.1.1 in /etc/hosts; the address rank 0 offers
+    the others under MPI is then its interface's, never loopback."""
+    name, subnet = hosts(1)
+    debian_hosts = tmp_path / "hosts"
+    debian_hosts.write_text(f"127.0.0.1 localhost\n127.0.1.1 {name}1\n")
+    probe = ("import socket; from commbench.launch import _own_address; "
+             "print(socket.gethostbyname(socket.gethostname()), _own_address())")
+    result = subprocess.run(
+        [str(SCRIPT), "run", name, "1", "unshare", "--mount", "sh", "-c",
+         f'mount --bind "$0" /etc/hosts && exec "$1" -c "$2"', str(debian_hosts),
+         str(BIN / "python"), probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["127.0.1.1", f"{subnet}.1"]
