@@ -1,6 +1,7 @@
 """Launch real ranks of the suite and read what a user reads: the table, stderr, the exit status."""
 
 import os
+import random
 import re
 import shutil
 import socket
@@ -287,3 +288,32 @@ def memory_cgroup(limit):
         yield group
     finally:
         group.remove()
+
+
+SIM_HOSTS = ROOT / "scripts" / "sim-hosts.sh"
+
+
+@pytest.fixture
+def hosts():
+    """A function that brings up N simulated hosts (scripts/sim-hosts.sh: network namespaces on a
+    bridge) and returns (name, subnet), names and subnets unique per use; all torn down by name
+    after the test, with every process in them, whatever its outcome. Root only."""
+    if os.geteuid() != 0:
+        why = "simulated hosts need root (network namespaces)"
+        if os.environ.get("COMMBENCH_REQUIRE_LAUNCHERS"):
+            pytest.fail(why)
+        pytest.skip(why)
+    made = []
+
+    def up(count):
+        name = "cb" + uuid.uuid4().hex[:6]
+        subnet = f"10.{random.randint(64, 127)}.{random.randint(0, 255)}"
+        made.append(name)
+        result = subprocess.run([str(SIM_HOSTS), "up", name, str(count), subnet],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return name, subnet
+    yield up
+    for name in made:
+        subprocess.run([str(SIM_HOSTS), "down", name], capture_output=True, timeout=60)
+        assert not os.path.exists(f"/run/netns/{name}1")

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import ROOT, parse_tables
-from test_many_hosts import across, hosts  # noqa: F401  (hosts: the fixture)
+from test_many_hosts import across
 
 from commbench.errors import UsageError
 from commbench.groups import kinds, layout

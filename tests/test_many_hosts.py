@@ -5,39 +5,11 @@ torn down by name (and every process in them killed) even when a test fails."""
 
 import json
 import os
-import random
 import subprocess
-import uuid
 
 import pytest
 
-from conftest import BIN, ROOT, base_env, free_port, parse_tables
-
-SCRIPT = ROOT / "scripts" / "sim-hosts.sh"
-
-
-@pytest.fixture
-def hosts():
-    """A function that brings up N hosts and returns (name, subnet); all torn down after."""
-    if os.geteuid() != 0:
-        why = "simulated hosts need root (network namespaces)"
-        if os.environ.get("COMMBENCH_REQUIRE_LAUNCHERS"):
-            pytest.fail(why)
-        pytest.skip(why)
-    made = []
-
-    def up(count):
-        name = "cb" + uuid.uuid4().hex[:6]
-        subnet = f"10.{random.randint(64, 127)}.{random.randint(0, 255)}"
-        made.append(name)
-        result = subprocess.run([str(SCRIPT), "up", name, str(count), subnet],
-                                capture_output=True, text=True, timeout=60)
-        assert result.returncode == 0, result.stderr
-        return name, subnet
-    yield up
-    for name in made:
-        subprocess.run([str(SCRIPT), "down", name], capture_output=True, timeout=60)
-        assert not os.path.exists(f"/run/netns/{name}1")
+from conftest import BIN, ROOT, SIM_HOSTS as SCRIPT, base_env, free_port, parse_tables
 
 
 def across(name, subnet, count, nproc, *args, timeout=240):
@@ -127,7 +99,7 @@ def test_rank_0_address_when_the_host_name_is_loopback(hosts, tmp_path):
              "print(socket.gethostbyname(socket.gethostname()), _own_address())")
     result = subprocess.run(
         [str(SCRIPT), "run", name, "1", "unshare", "--mount", "sh", "-c",
-         f'mount --bind "$0" /etc/hosts && exec "$1" -c "$2"', str(debian_hosts),
+         'mount --bind "$0" /etc/hosts && exec "$1" -c "$2"', str(debian_hosts),
          str(BIN / "python"), probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["127.0.1.1", f"{subnet}.1"]
