@@ -142,3 +142,17 @@ def test_layouts_of_hosts():
     with pytest.raises(UsageError, match="1 rank on each of 3 hosts"):
         layout("intra", ["a", "b", "c"])
     assert kinds("inter,world") == ["inter", "world"]
+
+
+def test_every_op_in_the_inter_layout(hosts):
+    """All ten ops (roots: broadcast, reduce, gather, scatter, pt2pt's sender) in groups whose
+    first rank is not rank 0, under a reducing operator other than sum."""
+    name, subnet = hosts(2)
+    stdout, stderrs, statuses = across(name, subnet, 2, 2, "--dist=torch", "--all", "--scan",
+                                       "--maxsize=3", "--trials=2", "--check", "--groups=inter",
+                                       "--op=max")
+    assert statuses == [0, 0], stderrs
+    tables = parse_tables(stdout)
+    assert len(tables) == 20
+    assert [t.qualifiers["ranks"] for t in tables] == [[0, 2], [1, 3]] * 10
+    assert all(row.extra[-1] == "0" for t in tables for row in t.rows)
