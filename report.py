@@ -4,6 +4,7 @@
   python report.py compare RUN      (a run of --groups: its layouts side by side)
   python report.py plot A [B ...] -o curves.png
   python report.py strategy RESULTS --params 7B [--world-size N] [--gpu-mem 80] ...
+  python report.py strategy RESULTS --measured RUNS [--plot strategies.png]
   python report.py buckets RESULTS --grad-mb G [--backward-ms T] [--plot buckets.png]
 
 A and B are result files of `--output` (.jsonl, .json, .csv), saved stdout of the suite
@@ -15,7 +16,7 @@ import argparse
 import sys
 
 from commbench.numbers import float_in, int_at_least
-from commbench.report import buckets, strategy
+from commbench.report import buckets, measured, strategy
 from commbench.report.compare import compare, layouts, render, render_layouts
 from commbench.report.plot import plot
 from commbench.report.runs import ReportError, load_run
@@ -57,7 +58,14 @@ def main(argv=None):
     plan = commands.add_parser("strategy", help="which parallel strategy the measured network "
                                                 "affords for a model")
     plan.add_argument("results", help="a run of the suite (results file or saved table)")
-    plan.add_argument("--params", required=True, help="model parameters: 7B, 350M, 1e9, ...")
+    plan.add_argument("--params", help="model parameters: 7B, 350M, 1e9, ... (with --measured: "
+                                       "the measured model's)")
+    plan.add_argument("--measured", metavar="RUNS",
+                      help="strategy runs of parallel_bench.py (--output): each held against "
+                           "the estimate for the same model and ranks, and against DDP")
+    plan.add_argument("--plot", metavar="PATH",
+                      help="with --measured: step time (compute, exposed communication) and "
+                           "memory per rank per strategy, drawn to PATH")
     plan.add_argument("--world-size", type=_at_least_1,
                       help="ranks (default: the run's world size)")
     plan.add_argument("--gpu-mem", type=_positive, default=80, help="GB per rank (default 80)")
@@ -74,6 +82,12 @@ def main(argv=None):
                       help="also estimate tensor parallelism of this degree")
     plan.add_argument("--pp", type=_at_least_0, default=0,
                       help="also estimate this many pipeline stages")
+    plan.add_argument("--stage3-max-live", type=_positive, default=1e9, metavar="ELEMENTS",
+                      help="DeepSpeed's stage3_max_live_parameters: ZeRO-3 re-gathers the "
+                           "parameters in backward only for a model beyond it (default 1e9)")
+    plan.add_argument("--zero-bucket", type=_positive, default=5e8, metavar="ELEMENTS",
+                      help="DeepSpeed's reduce_bucket_size / allgather_bucket_size for ZeRO-1/2 "
+                           "(default 5e8)")
     plan.add_argument("--format", choices=("markdown", "json"), default="markdown")
     bucket = commands.add_parser("buckets", help="which gradient bucket size to use, from a "
                                                  "measured all_reduce curve")
@@ -113,6 +127,10 @@ def main(argv=None):
 
 def _strategy(args):
     run = load_run(args.results)
+    if args.measured:
+        return _measured(args, run)
+    if args.params is None:
+        raise ReportError("give --params (the model's parameter count), or --measured RUNS")
     world_size = args.world_size or run.world_size
     if not world_size:
         raise ReportError(f"{args.results} does not say its world size: give --world-size")
@@ -120,9 +138,26 @@ def _strategy(args):
         params=strategy.parse_count(args.params), world_size=world_size, gpu_mem_gb=args.gpu_mem,
         bucket_bytes=args.bucket_mb * 2 ** 20, prefetch_bytes=args.prefetch_mb * 2 ** 20,
         hidden=args.hidden, layers=args.layers, seq=args.seq, micro_batch=args.micro_batch,
-        tp=args.tp, pp=args.pp, micro_batches=args.micro_batches)
+        tp=args.tp, pp=args.pp, micro_batches=args.micro_batches,
+        stage3_max_live=args.stage3_max_live, zero_bucket_elements=args.zero_bucket)
     analysis = strategy.analyse(workload, strategy.Curves(run.ops), run.world_size)
     return strategy.render(analysis, args.format)
+
+
+def _measured(args, run):
+    meta, records = measured.load(args.measured)
+    extra = {"bucket_bytes": args.bucket_mb * 2 ** 20} if args.bucket_mb != 25 else {}
+    workload = measured.workload(meta, records, args.gpu_mem, **extra)
+    if args.params:
+        workload.params = strategy.parse_count(args.params)
+    if run.world_size and run.world_size != workload.world_size:
+        print(f"{PROG}: warning: the curves were measured on {run.world_size} ranks, the "
+              f"strategies on {workload.world_size}", file=sys.stderr)
+    analysis = measured.analyse(meta, records, strategy.Curves(run.ops), workload)
+    if args.plot:
+        measured.plot(analysis, args.plot)
+        print(f"{PROG}: wrote {args.plot}", file=sys.stderr)
+    return measured.render(analysis, "json" if args.format == "json" else "markdown")
 
 
 if __name__ == "__main__":

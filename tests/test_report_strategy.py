@@ -28,19 +28,37 @@ def test_model_state_memory_by_hand():
     assert plans["TP=4"].memory == 4e9 and plans["PP=2"].memory == 8e9
 
 
+def test_model_state_memory_in_fp32():
+    """fp32 training keeps no master copy: 4 + 4 bytes of weight and gradient, 8 of Adam."""
+    plans = plans_by_name(element_size=4)
+    assert plans["DDP"].memory == 16e9
+    assert plans["ZeRO-1"].memory == 8e9 + 8e9 / 8
+    assert plans["ZeRO-2"].memory == 4e9 + 12e9 / 8
+    assert plans["ZeRO-3"].memory == 16e9 / 8
+    assert plans["DDP"].collectives[0].message == 25e6  # 4e9 B of gradients, 25 MB buckets
+
+
 def test_bytes_per_step_by_hand():
     plans = plans_by_name(bucket_bytes=25 * 2 ** 20, prefetch_bytes=50 * 2 ** 20, tp=4, pp=2,
                           hidden=4096, layers=32, seq=2048, micro_batch=1, micro_batches=8)
     ring = 7 / 8
     assert plans["DDP"].bytes_per_step == pytest.approx(2 * ring * 2e9)  # 3.5e9
-    assert plans["ZeRO-1"].bytes_per_step == pytest.approx(2 * ring * 2e9)  # RS + AG = DDP's
-    assert plans["ZeRO-2"].bytes_per_step == pytest.approx(3.5e9)
-    assert plans["ZeRO-3"].bytes_per_step == pytest.approx(3 * ring * 2e9)  # 5.25e9, +50%
+    # DeepSpeed's ZeRO-1/2 (measured): all_reduce of the gradients + all_gather of the updated
+    # parameters, 1.5x DDP's bytes, in reduce_bucket_size buckets of 5e8 elements
+    assert plans["ZeRO-1"].bytes_per_step == pytest.approx(3 * ring * 2e9)  # 5.25e9
+    assert plans["ZeRO-2"].bytes_per_step == plans["ZeRO-1"].bytes_per_step
+    reduces = [c for c in plans["ZeRO-1"].collectives if c.op == "all_reduce"]
+    assert [(c.message, c.count) for c in reduces] == [(1e9, 2)]  # 2e9 B in 5e8 x 2 B
+    gathers = [c for c in plans["ZeRO-2"].collectives if c.op == "all_gather"]
+    assert gathers[0].message == 1e9 / 8  # all_gather's Size: one rank's input
+    # ZeRO-3: 1B parameters are within stage3_max_live_parameters (1e9): gathered in forward
+    # only, then reduce_scatter: 2 x ring x 2e9; beyond it, gathered again in backward
+    assert plans["ZeRO-3"].bytes_per_step == pytest.approx(2 * ring * 2e9)
+    regathered = plans_by_name(stage3_max_live=1e5)["ZeRO-3"]
+    assert regathered.bytes_per_step == pytest.approx(3 * ring * 2e9)  # 5.25e9, +50%
     buckets = plans["DDP"].collectives
     assert sum(c.count for c in buckets) == 77  # ceil(2e9 / 25 MiB)
     assert buckets[0].message == 25 * 2 ** 20 and buckets[0].op == "all_reduce"
-    gathers = [c for c in plans["ZeRO-2"].collectives if c.op == "all_gather"]
-    assert gathers[0].message == 25 * 2 ** 20 / 8  # all_gather's Size: one rank's input
     activation = 1 * 2048 * 4096 * 2
     (tp,) = plans["TP=4"].collectives
     assert (tp.op, tp.message, tp.count) == ("all_reduce", activation, 4 * 32 * 8)
@@ -111,8 +129,11 @@ def test_recommendation_follows_memory(measured):
 
 def test_choice_by_time(tmp_path):
     """On clean curves (50 us + size / 1 GB/s for every op, 2 ranks) ZeRO-1 and ZeRO-2 cost the
-    same and ZeRO-3 a third more: at 10 GB (DDP does not fit) ZeRO-2 wins, the leaner of
-    the two cheapest; ZeRO-3 is named as the choice only if memory must drop."""
+    same (DeepSpeed's all_reduce + all_gather), and so does ZeRO-3 of 1B parameters (gathered
+    once, as DeepSpeed keeps them for backward; its reduce_scatter takes the all_reduce's
+    place): at 10 GB (DDP does not fit) ZeRO-3 wins, the leanest of the three cheapest; with a
+    re-gather in backward (stage3_max_live below the model) it costs a third more, and ZeRO-2
+    wins."""
     path = tmp_path / "clean.jsonl"
     lines = [{"type": "meta", "dist": "torch", "backend": "gloo", "world_size": 2}]
     for op in ("all_reduce", "all_gather", "all_to_all", "reduce_scatter", "pt2pt", "broadcast"):
@@ -126,6 +147,11 @@ def test_choice_by_time(tmp_path):
     rows = {row["strategy"]: row for row in analysis["rows"]}
     assert rows["ZeRO-1"]["comm_seconds_per_step"] == pytest.approx(
         rows["ZeRO-2"]["comm_seconds_per_step"])
+    assert rows["ZeRO-3"]["comm_seconds_per_step"] == pytest.approx(
+        rows["ZeRO-2"]["comm_seconds_per_step"], rel=0.01)
+    assert analysis["recommendation"].startswith("ZeRO-3 fits 10 GB"), analysis
+    analysis = strategy_json(path, "--params=1B", "--gpu-mem=10", "--stage3-max-live=1e5")
+    rows = {row["strategy"]: row for row in analysis["rows"]}
     assert rows["ZeRO-3"]["comm_seconds_per_step"] > 1.2 * rows["ZeRO-2"]["comm_seconds_per_step"]
     assert analysis["recommendation"].startswith("ZeRO-2 fits 10 GB"), analysis
     assert "ZeRO-3 only if memory must drop below" in analysis["recommendation"]
@@ -142,7 +168,8 @@ def test_missing_op_is_reported(tmp_path):
     rows = {row["strategy"]: row for row in analysis["rows"]}
     assert rows["DDP"]["comm_seconds_per_step"] > 0
     assert rows["ZeRO-2"]["comm_seconds_per_step"] is None
-    assert rows["ZeRO-2"]["missing_ops"] == ["all_gather", "reduce_scatter"]
+    assert rows["ZeRO-2"]["missing_ops"] == ["all_gather"]
+    assert rows["ZeRO-3"]["missing_ops"] == ["all_gather", "reduce_scatter"]
     assert ("the results have no reduce_scatter: run `run_all.py --scan --reduce-scatter` on the "
             "same ranks, then report again") in analysis["warnings"]
     markdown = subprocess.run([sys.executable, "report.py", "strategy", str(table), "--params=1B"],

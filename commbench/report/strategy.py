@@ -86,11 +86,24 @@ class Workload:
     tp: int = 0  # tensor-parallel degree; 0: not estimated
     pp: int = 0  # pipeline stages; 0: not estimated
     micro_batches: int = 1
+    element_size: int = 2  # bytes of a weight, gradient or activation element (fp16/bf16: 2)
+    # DeepSpeed's reduce_bucket_size / allgather_bucket_size (elements; its default 5e8)
+    zero_bucket_elements: float = 5e8
+    # DeepSpeed's stage3_max_live_parameters (elements; its default 1e9): a model within it
+    # keeps its gathered parameters from forward to backward, with no re-gather
+    stage3_max_live: float = 1e9
 
     @property
     def activation_bytes(self):
-        """One micro-batch's activations at a layer boundary, fp16: b·s·h·2."""
-        return self.micro_batch * self.seq * self.hidden * 2
+        """One micro-batch's activations at a layer boundary: b·s·h·element size."""
+        return self.micro_batch * self.seq * self.hidden * self.element_size
+
+    @property
+    def regathers(self):
+        """ZeRO-3 gathers the parameters again in backward: only when the model is beyond what
+        stage3_max_live_parameters keeps gathered (measured: a 0.9M-parameter model under the
+        default 1e9 gathered once per step; with 1e5, in forward and backward)."""
+        return self.params > self.stage3_max_live
 
 
 @dataclass
@@ -127,29 +140,45 @@ def _bucketed(op, total, bucket, n, moved_per_byte, size_of_message):
 
 
 def plans(w):
-    """Model-state memory and the collectives of one step for each strategy."""
+    """Model-state memory and the collectives of one step for each strategy.
+
+    ZeRO-1 and ZeRO-2 as DeepSpeed 0.19.8 runs them, measured (parallel_bench.py): the
+    gradients are all-reduced in reduce_bucket_size buckets (not reduce-scattered, as the ZeRO
+    paper has it), then each rank's updated partition is all-gathered; ZeRO-2's collectives
+    equal ZeRO-1's. ZeRO-3 all-gathers the parameters in forward, again in backward only
+    when the model exceeds stage3_max_live_parameters, and reduce-scatters the gradients."""
     p, n = w.params, w.world_size
-    gradients = 2 * p  # fp16 gradients, bytes
+    gradients = w.element_size * p  # bytes, as are the weights
+    # Model states per parameter: weights and gradients of the element size, and Adam's: with
+    # 2-byte elements (mixed precision) an fp32 master copy, momentum and variance (K = 12, the
+    # ZeRO paper's), with fp32 ones momentum and variance alone (8). Both total 16 bytes.
+    weight = grad = w.element_size
+    k = 12 if w.element_size == 2 else 8
+    states = weight + grad + k
     ring = (n - 1) / n
     whole = (lambda b: b)
     per_rank = (lambda b: b / n)  # all_gather's Size is the input of one rank
+    zero_bucket = w.zero_bucket_elements * w.element_size
+    deepspeed_zero = (_bucketed("all_reduce", gradients, zero_bucket, n, 2 * ring, whole)
+                      + _bucketed("all_gather", gradients, zero_bucket, n, ring, per_rank))
+    gathers = 2 if w.regathers else 1
     result = [
-        Plan("DDP", 16 * p, _bucketed("all_reduce", gradients, w.bucket_bytes, n, 2 * ring, whole)),
-        Plan("ZeRO-1", 4 * p + 12 * p / n,
-             _bucketed("reduce_scatter", gradients, w.bucket_bytes, n, ring, whole)
-             + _bucketed("all_gather", gradients, w.bucket_bytes, n, ring, per_rank)),
-        Plan("ZeRO-2", 2 * p + 14 * p / n,
-             _bucketed("reduce_scatter", gradients, w.bucket_bytes, n, ring, whole)
-             + _bucketed("all_gather", gradients, w.bucket_bytes, n, ring, per_rank)),
-        Plan("ZeRO-3", 16 * p / n,
-             _bucketed("all_gather", 2 * gradients, w.prefetch_bytes, n, ring, per_rank)
-             + _bucketed("reduce_scatter", gradients, w.prefetch_bytes, n, ring, whole)),
+        Plan("DDP", states * p, _bucketed("all_reduce", gradients, w.bucket_bytes, n, 2 * ring, whole)),
+        Plan("ZeRO-1", (weight + grad) * p + k * p / n, list(deepspeed_zero),
+             note="DeepSpeed: all_reduce of the gradients, all_gather of the updated parameters"),
+        Plan("ZeRO-2", weight * p + (grad + k) * p / n, list(deepspeed_zero),
+             note="DeepSpeed: as ZeRO-1"),
+        Plan("ZeRO-3", states * p / n,
+             _bucketed("all_gather", gathers * gradients, w.prefetch_bytes, n, ring, per_rank)
+             + _bucketed("reduce_scatter", gradients, w.prefetch_bytes, n, ring, whole),
+             note="parameters gathered in forward" + (" and again in backward" if w.regathers
+                                                      else " only (kept for backward)")),
     ]
     if w.tp:
         if not w.activation_bytes or not w.layers:
             raise StrategyError("--tp needs --hidden, --layers, --seq and --micro-batch")
         t = w.tp
-        result.append(Plan(f"TP={t}", 16 * p / t, [
+        result.append(Plan(f"TP={t}", states * p / t, [
             Collective("all_reduce", w.activation_bytes, 4 * w.layers * w.micro_batches,
                        w.activation_bytes * 2 * (t - 1) / t, layout="intra")],
             note=f"2 all_reduce per layer forward and 2 backward, within {t} ranks",
@@ -159,7 +188,7 @@ def plans(w):
             raise StrategyError("--pp needs --hidden, --seq and --micro-batch")
         stages, m = w.pp, w.micro_batches
         bubble = (stages - 1) / (m + stages - 1)
-        result.append(Plan(f"PP={stages}", 16 * p / stages, [
+        result.append(Plan(f"PP={stages}", states * p / stages, [
             Collective("pt2pt", w.activation_bytes, 2 * m, w.activation_bytes)],
             note=f"bubble {bubble:.0%} of the step ((p-1)/(m+p-1), m={m})",
             price=f"a pipeline bubble of {bubble:.0%} of the step"))
