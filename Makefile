@@ -1,6 +1,7 @@
 # Two commands for a fresh machine (see README.md):
 #   make bench   create .venv, install, scan all six ops on 2 local CPU ranks, plot them
 #   make test    create .venv, install, run the tests
+#   (make strategies: measure DDP, ZeRO-1/2/3, TP and PP and report them against the estimate)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -12,7 +13,7 @@ BENCH_ARGS ?= --scan --device cpu
 export TORCH_EXTENSIONS_DIR := $(abspath $(VENV))/torch_extensions
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: bench test venv clean
+.PHONY: bench strategies test venv clean
 
 venv: $(VENV)/.installed
 
@@ -26,6 +27,19 @@ bench: venv
 	mkdir -p results
 	$(BIN)/deepspeed --num_gpus $(NPROC) run_all.py $(BENCH_ARGS) --output results/bench.jsonl --overwrite
 	$(BIN)/python report.py plot results/bench.jsonl -o results/curves.png
+
+# The six parallel strategies measured on $(NPROC) local CPU ranks (parallel_bench.py), held
+# against the estimate from the collective curves of the same ranks: results/strategies.md
+# (printed) and results/strategies.png. glibc's allocator keeps freed arenas unless large
+# blocks are mapped: without the threshold ZeRO-3's resident memory grows every step.
+STRATEGY_ARGS ?=
+strategies: venv
+	mkdir -p results
+	$(BIN)/torchrun --nproc_per_node $(NPROC) run_all.py --dist torch --scan --maxsize 22 --all-reduce --all-gather --reduce-scatter --pt2pt --output results/strategy-curves.jsonl --overwrite
+	rm -f results/strategies.jsonl
+	MALLOC_MMAP_THRESHOLD_=65536 $(BIN)/torchrun --nproc_per_node $(NPROC) parallel_bench.py --strategy all $(STRATEGY_ARGS) --output results/strategies.jsonl
+	$(BIN)/python report.py strategy results/strategy-curves.jsonl --measured results/strategies.jsonl --plot results/strategies.png > results/strategies.md
+	cat results/strategies.md
 
 # Open MPI and a one-node Slurm cluster for the launcher tests (root only; skipped otherwise).
 test: venv

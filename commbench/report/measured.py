@@ -1,0 +1,294 @@
+"""`report.py strategy CURVES --measured RUNS`: the strategies parallel_bench.py measured, held
+against what report.py strategy estimates for the same model on the same ranks from the
+collective curves; every strategy against DDP; a recommendation from the measured figures.
+Standard library only (but for the plot).
+
+A strategy run's record (parallel_bench.py, `"type": "strategy"`) holds its step time, memory,
+loss and, per op, the calls, bytes (the suite's Size convention) and time per step.
+"""
+
+import json
+import math
+
+from . import strategy
+from .runs import ReportError
+
+PLAN_NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}
+ORDER = ("ddp", "zero1", "zero2", "zero3", "tp", "pp")
+OFF = 0.10  # a measured/estimated ratio beyond 1 +- this is called wrong
+
+
+def load(path):
+    """(meta, records) of a parallel_bench.py results file; a file that is not one is an error
+    naming it."""
+    try:
+        with open(path) as handle:
+            lines = [json.loads(line) for line in handle if line.strip()]
+    except OSError as error:
+        raise ReportError(f"cannot read {path}: {error.strerror}") from None
+    except ValueError as error:
+        raise ReportError(f"{path}: not a results file of parallel_bench.py ({error})") from None
+    meta = next((line for line in lines if line.get("type") == "meta"), {})
+    records = [line for line in lines if line.get("type") == "strategy"]
+    if meta.get("kind") != "strategies" or not records:
+        raise ReportError(f"{path}: no strategy runs in it (write one with parallel_bench.py "
+                          "--output)")
+    records.sort(key=lambda r: ORDER.index(r["strategy"]) if r["strategy"] in ORDER else 99)
+    return meta, records
+
+
+def workload(meta, records, gpu_mem_gb, **extra):
+    """The Workload report.py strategy estimates for the measured model and ranks."""
+    model, n = meta["model"], meta["world_size"]
+    degrees = {r["strategy"]: r for r in records}
+    ddp = degrees.get("ddp", {}).get("config", {})
+    bucket = ddp.get("bucket_cap_mb")
+    if bucket:
+        extra.setdefault("bucket_bytes", bucket * 2 ** 20)
+    zero3 = degrees.get("zero3", {}).get("config", {}).get("zero_optimization", {})
+    if "stage3_max_live_parameters" in zero3:
+        extra.setdefault("stage3_max_live", float(zero3["stage3_max_live_parameters"]))
+    if "stage3_prefetch_bucket_size" in zero3:
+        extra.setdefault("prefetch_bytes",
+                         float(zero3["stage3_prefetch_bucket_size"]) * model["element_size"])
+    zero12 = next((degrees[s].get("config", {}).get("zero_optimization", {})
+                   for s in ("zero1", "zero2") if s in degrees), {})
+    if "reduce_bucket_size" in zero12:
+        extra.setdefault("zero_bucket_elements", float(zero12["reduce_bucket_size"]))
+    return strategy.Workload(
+        params=model["params"], world_size=n, gpu_mem_gb=gpu_mem_gb, hidden=model["hidden"],
+        layers=model["layers"], seq=model["seq"], micro_batch=model["micro_batch"],
+        micro_batches=model["micro_batches"], element_size=model["element_size"],
+        tp=degrees.get("tp", {}).get("tp", 0), pp=degrees.get("pp", {}).get("pp", 0), **extra)
+
+
+def _plan_name(record):
+    return PLAN_NAMES.get(record["strategy"]) or \
+        f"{record['strategy'].upper()}={record[record['strategy']]}"
+
+
+def _ratio(measured, estimated):
+    return measured / estimated if estimated else None
+
+
+def _by_op(collectives):
+    found = {}
+    for c in collectives:
+        found[c.op] = found.get(c.op, 0.0) + c.count * c.message
+    return found
+
+
+def analyse(meta, records, curves, w):
+    """Per measured strategy: measured against estimated (bytes per step by op, comm time,
+    memory, step time), against DDP, and what the estimate got wrong."""
+    plans = {plan.name: plan for plan in strategy.plans(w)}
+    rows = []
+    for r in records:
+        plan = plans.get(_plan_name(r))
+        measured_ops = {op: v for op, v in r["comm"].items() if op != "barrier" and v["bytes"]}
+        measured_bytes = sum(v["bytes"] for v in measured_ops.values())
+        measured_time = sum(v["time_s"] for v in measured_ops.values())
+        estimated_ops = _by_op(plan.collectives) if plan else {}
+        seconds, extrapolated, missing = strategy.price(plan, curves) if plan else (None, False, [])
+        estimated_time = None if missing or plan is None else seconds
+        step = r["step_time_s"]["median"]
+        memory = max(r["peak_memory_bytes_per_rank"])
+        rows.append({
+            "strategy": r["strategy"], "plan": _plan_name(r),
+            "step_s": step, "step_spread_s": [r["step_time_s"]["min"], r["step_time_s"]["max"]],
+            "tokens_per_s": r["tokens_per_s"], "samples_per_s": r["samples_per_s"],
+            "compute_s": r["compute_s"], "exposed_comm_s": r["exposed_comm_s"],
+            "exposed_method": r["exposed_method"],
+            "memory_bytes": memory, "memory_per_rank": r["peak_memory_bytes_per_rank"],
+            "estimated_states_bytes": plan.memory if plan else None,
+            "bytes": measured_bytes, "estimated_bytes": sum(estimated_ops.values()),
+            "bytes_ratio": _ratio(measured_bytes, sum(estimated_ops.values())),
+            "comm_s": measured_time, "estimated_comm_s": estimated_time,
+            "comm_ratio": _ratio(measured_time, estimated_time),
+            "extrapolated": extrapolated,
+            # no overlap assumed: the strategy's measured compute plus the estimated comm
+            "estimated_step_s": None if estimated_time is None else r["compute_s"] + estimated_time,
+            "step_ratio": _ratio(step, None if estimated_time is None else
+                                 r["compute_s"] + estimated_time),
+            "ops": {op: {"calls": v["calls"], "bytes": v["bytes"], "time_s": v["time_s"],
+                         "estimated_bytes": estimated_ops.get(op, 0.0)}
+                    for op, v in measured_ops.items()},
+            "estimated_only": {op: b for op, b in estimated_ops.items() if op not in measured_ops},
+            "loss": [r["loss"][0], r["loss"][-1]],
+        })
+    for row in rows:
+        row["wrong"] = _where_wrong(row)
+    base = next((row for row in rows if row["strategy"] == "ddp"), None)
+    return {"model": meta["model"], "world_size": meta["world_size"],
+            "hostnames": meta.get("hostnames"), "steps": records[0].get("steps"),
+            "rows": rows, "baseline": base and base["strategy"],
+            "recommendation": recommend(rows, base)}
+
+
+def _where_wrong(row):
+    """Sentences on where the estimate missed the measurement, and why as far as it shows."""
+    said = []
+    for op, figures in row["ops"].items():
+        estimated = figures["estimated_bytes"]
+        if not estimated:
+            said.append(f"it has no {op}; {_mb(figures['bytes'])} per step were measured")
+        elif abs(figures["bytes"] / estimated - 1) > OFF:
+            said.append(f"{op} {_mb(figures['bytes'])} per step measured against "
+                        f"{_mb(estimated)} estimated ({figures['bytes'] / estimated:.2f}x)")
+    for op, estimated in row["estimated_only"].items():
+        said.append(f"it expects {_mb(estimated)} of {op} per step, which the run never issued")
+    if row["comm_ratio"] and abs(row["comm_ratio"] - 1) > 0.5:
+        said.append(f"communication took {row['comm_ratio']:.2f}x the time the collective curves "
+                    "give for these messages" + (
+                        " (the curves were measured with nothing else running; in a step the "
+                        "collectives share the cores with compute and with each other)"
+                        if row["comm_ratio"] > 1 else
+                        " (faster than alone: messages smaller than the curves' smallest, or "
+                        "overlapping each other)"))
+    return said
+
+
+def _mb(value):
+    return f"{value / 2 ** 20:.3g} MiB"
+
+
+def _pct(ratio):
+    return f"{(ratio - 1) * 100:+.0f}%"
+
+
+def recommend(rows, base):
+    """From the measured figures: the fastest step, its gain and cost against DDP, and when
+    each leaner strategy is the choice."""
+    if not rows:
+        return "Nothing was measured."
+    fastest = min(rows, key=lambda r: r["step_s"])
+    text = (f"{_plan_name_of(fastest)} has the fastest measured step ({fastest['step_s'] * 1e3:.1f} "
+            f"ms, {fastest['tokens_per_s']:.0f} tokens/s, {_mb(fastest['memory_bytes'])} peak "
+            "per rank)")
+    if base is not None and fastest is not base:
+        text += (f": {_pct(fastest['step_s'] / base['step_s'])} step time against DDP "
+                 f"({base['step_s'] * 1e3:.1f} ms), at {_pct(fastest['memory_bytes'] / base['memory_bytes'])} "
+                 f"memory and {_pct(fastest['bytes'] / base['bytes'])} traffic" if base["bytes"] else "")
+    leaner = sorted((r for r in rows if r["memory_bytes"] < fastest["memory_bytes"]),
+                    key=lambda r: -r["memory_bytes"])
+    for row in leaner:
+        text += (f"; {_plan_name_of(row)} only when memory must drop below "
+                 f"{_mb(fastest['memory_bytes'])} per rank: it measured {_mb(row['memory_bytes'])} "
+                 f"({_pct(row['memory_bytes'] / fastest['memory_bytes'])}) at "
+                 f"{_pct(row['step_s'] / fastest['step_s'])} step time")
+    exposed = max(rows, key=lambda r: r["exposed_comm_s"] / r["step_s"] if r["step_s"] else 0)
+    if exposed["step_s"] and exposed["exposed_comm_s"] / exposed["step_s"] > 0.25:
+        text += (f"; {_plan_name_of(exposed)} spends {exposed['exposed_comm_s'] / exposed['step_s']:.0%} "
+                 "of its step in exposed communication: a faster network or more overlap "
+                 "helps it most")
+    return text + "."
+
+
+def _plan_name_of(row):
+    return row["plan"]
+
+
+def _cell(value, scale=1.0, digits=1):
+    return "-" if value is None else f"{value * scale:.{digits}f}"
+
+
+def _r(value):
+    return "-" if value is None or math.isnan(value) else f"{value:.2f}"
+
+
+def render(analysis, form):
+    if form == "json":
+        return json.dumps(analysis, indent=1)
+    model = analysis["model"]
+    lines = [f"Measured strategies: a model of {model['params'] / 1e6:.3g}M parameters "
+             f"({model['layers']} layers, hidden {model['hidden']}, sequence {model['seq']}, "
+             f"{model['micro_batches']} micro-batches of {model['micro_batch']}, {model['dtype']}) "
+             f"on {analysis['world_size']} ranks, median of {analysis['steps']} steps", "",
+             "### Measured against estimated", "",
+             "| strategy | step time (ms) | est. | ratio | comm bytes per step (MiB) | est. | ratio "
+             "| comm time per step (ms) | est. | ratio | exposed comm (ms) | peak memory per rank "
+             "(MiB) | est. model states (MiB) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in analysis["rows"]:
+        lines.append(
+            f"| {row['plan']} | {_cell(row['step_s'], 1e3)} | {_cell(row['estimated_step_s'], 1e3)} "
+            f"| {_r(row['step_ratio'])} | {_cell(row['bytes'], 2 ** -20, 3)} "
+            f"| {_cell(row['estimated_bytes'], 2 ** -20, 3)} | {_r(row['bytes_ratio'])} "
+            f"| {_cell(row['comm_s'], 1e3)} | {_cell(row['estimated_comm_s'], 1e3)}"
+            f"{' (extrapolated)' if row['extrapolated'] else ''} | {_r(row['comm_ratio'])} "
+            f"| {_cell(row['exposed_comm_s'], 1e3)} | {_cell(row['memory_bytes'], 2 ** -20, 0)} "
+            f"| {_cell(row['estimated_states_bytes'], 2 ** -20, 1)} |")
+    lines += ["", "Estimated step = the strategy's measured compute + the estimated communication, "
+              "none of it hidden. Peak memory is each rank's high-water mark over the measured "
+              "steps (resident memory on CPU: the process, activations and buffers as well as the "
+              "model states the estimate counts).", ""]
+    base = next((r for r in analysis["rows"] if r["strategy"] == analysis["baseline"]), None)
+    if base:
+        lines += ["### Against DDP (baseline)", "",
+                  "| strategy | step time | tokens/s | peak memory | traffic | exposed comm "
+                  "| loss first -> last |", "|---|---|---|---|---|---|---|"]
+        for row in analysis["rows"]:
+            traffic = _pct(row["bytes"] / base["bytes"]) if base["bytes"] else "-"
+            lines.append(
+                f"| {row['plan']} | {row['step_s'] * 1e3:.1f} ms ({_pct(row['step_s'] / base['step_s'])}) "
+                f"| {row['tokens_per_s']:.0f} ({_pct(row['tokens_per_s'] / base['tokens_per_s'])}) "
+                f"| {_mb(row['memory_bytes'])} ({_pct(row['memory_bytes'] / base['memory_bytes'])}) "
+                f"| {_mb(row['bytes'])} ({traffic}) | {row['exposed_comm_s'] * 1e3:.1f} ms "
+                f"| {row['loss'][0]:.3f} -> {row['loss'][1]:.3f} |")
+        lines.append("")
+    lines += ["### Communication per step, measured (rank 0)", "",
+              "| strategy | op | calls | bytes (MiB) | estimated (MiB) | time (ms) |",
+              "|---|---|---|---|---|---|"]
+    for row in analysis["rows"]:
+        for op, figures in row["ops"].items():
+            lines.append(f"| {row['plan']} | {op} | {figures['calls']:g} "
+                         f"| {figures['bytes'] / 2 ** 20:.3f} | {figures['estimated_bytes'] / 2 ** 20:.3f} "
+                         f"| {figures['time_s'] * 1e3:.2f} |")
+    lines += ["", "### Where the estimate was wrong", ""]
+    wrong = [row for row in analysis["rows"] if row["wrong"]]
+    lines += [f"- {row['plan']}: " + "; ".join(row["wrong"]) + "." for row in wrong] or \
+        ["- nowhere beyond 10% in bytes or 50% in time."]
+    lines += ["", f"Recommendation: {analysis['recommendation']}"]
+    return "\n".join(lines)
+
+
+def plot(analysis, output):
+    """Step time split into compute and exposed communication, and peak memory per rank, per
+    strategy."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = analysis["rows"]
+    names = [row["plan"] for row in rows]
+    figure, (steps, memory) = plt.subplots(1, 2, figsize=(12, 4.2))
+    compute = [row["compute_s"] * 1e3 for row in rows]
+    exposed = [row["exposed_comm_s"] * 1e3 for row in rows]
+    steps.bar(names, compute, label="compute")
+    steps.bar(names, exposed, bottom=compute, label="exposed communication")
+    estimated = [row["estimated_step_s"] * 1e3 if row["estimated_step_s"] else float("nan")
+                 for row in rows]
+    steps.plot(names, estimated, "k_", markersize=24, mew=2, label="estimated step")
+    steps.set_ylabel("ms per step (median)")
+    steps.set_title("step time")
+    steps.legend(fontsize="small")
+    ranks = len(rows[0]["memory_per_rank"])
+    width = 0.8 / ranks
+    for rank in range(ranks):
+        memory.bar([i + (rank - (ranks - 1) / 2) * width for i in range(len(rows))],
+                   [row["memory_per_rank"][rank] / 2 ** 20 for row in rows], width,
+                   label=f"rank {rank}")
+    memory.set_xticks(range(len(rows)), names)
+    memory.set_ylabel("MiB (peak)")
+    memory.set_title("peak memory per rank")
+    memory.legend(fontsize="small")
+    for axis in (steps, memory):
+        axis.grid(True, axis="y", alpha=0.3)
+    figure.suptitle(f"{analysis['model']['params'] / 1e6:.3g}M parameters on "
+                    f"{analysis['world_size']} ranks")
+    figure.tight_layout()
+    try:
+        figure.savefig(output)
+    except (OSError, ValueError) as error:
+        raise ReportError(f"cannot write {output}: {error}") from None
+    return figure
