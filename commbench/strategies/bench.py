@@ -1,0 +1,502 @@
+"""parallel_bench.py's run: the flags, the measured loop around each strategy, the table rank 0
+prints and the JSON lines it writes.
+
+For each strategy: build it, `--warmup` steps, then `--steps` measured steps, each after a
+barrier, with the accounting installed (accounting.Recorder) and the memory high-water mark
+reset at the window's start. Then every rank's figures are gathered (after the accounting is
+removed, so the gathering is not counted) and rank 0 prints a row and writes a record.
+"""
+
+import argparse
+import contextlib
+import ctypes
+import ctypes.util
+import gc
+import json
+import math
+import os
+import platform
+import socket
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed
+
+from ..comm import init_comm, teardown
+from ..errors import PROG, BenchmarkError, OutputClosed, UsageError
+from ..guard import agree_to_go_on, guard_stop_signals, peer_failure, rank_for_messages, say
+from ..memory import _read_field
+from ..table import convert_size, note, print_rank_0
+from .accounting import OPS, Recorder
+from .model import ModelConfig
+from .train import ORDER, STRATEGIES, import_deepspeed, optimizer_config
+
+DEFAULT_MMAP_THRESHOLD = 1 << 20
+
+
+# ------------------------------------------------------------------------------------- flags
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{message} (see --help)")
+
+
+def _positive(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _at_least_zero(text):
+    try:
+        value = int(float(text)) if "e" in text.lower() else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not 0 < value <= 1e6:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def strategy_list(text):
+    """`ddp,zero1`, or `all` (the six, in order); each once."""
+    names = [name.strip() for name in text.split(",")]
+    if names == ["all"]:
+        return list(ORDER)
+    unknown = [name for name in names if name not in STRATEGIES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown strategy '{unknown[0]}': use {', '.join(ORDER)} or all (a comma list "
+            "allowed)")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"'{text}' names a strategy twice")
+    return names
+
+
+def parser():
+    p = _Parser(prog="parallel_bench.py",
+                description="Train a small decoder-only transformer with each parallel strategy "
+                            "and measure step time, memory and the communication of a step.")
+    p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
+                   help="set by launchers; default: from the launcher's environment")
+    p.add_argument("--strategy", type=strategy_list, default=list(ORDER),
+                   help="ddp, zero1, zero2, zero3, tp, pp, a comma list, or all (default)")
+    p.add_argument("--hidden", type=_positive, default=256)
+    p.add_argument("--layers", type=_positive, default=4)
+    p.add_argument("--heads", type=_positive, default=4)
+    p.add_argument("--vocab", type=_positive, default=1024)
+    p.add_argument("--seq", type=_positive, default=64)
+    p.add_argument("--micro-batch", type=_positive, default=8, help="sequences per micro-batch")
+    p.add_argument("--micro-batches", type=_positive, default=4,
+                   help="gradient accumulation steps (ddp, zero, tp); pipeline micro-batches (pp)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    p.add_argument("--steps", type=_positive, default=10, help="measured steps")
+    p.add_argument("--warmup", type=_at_least_zero, default=2, help="unmeasured steps first")
+    p.add_argument("--seed", type=_at_least_zero, default=1234)
+    p.add_argument("--stage3-live", type=_positive, default=100_000, metavar="PARAMS",
+                   help="zero3: stage3_max_live_parameters, stage3_max_reuse_distance and "
+                        "stage3_prefetch_bucket_size (default %(default)s)")
+    p.add_argument("--malloc-mmap-threshold", type=_at_least_zero, default=None, metavar="BYTES",
+                   help="glibc's M_MMAP_THRESHOLD for the run (default: MALLOC_MMAP_THRESHOLD_ "
+                        f"if set, else {DEFAULT_MMAP_THRESHOLD}; 0: glibc's dynamic default)")
+    p.add_argument("--output", default=None, metavar="PATH", help="JSON lines, by rank 0")
+    p.add_argument("--device", default=None, help="default: cuda when available, else cpu")
+    p.add_argument("--backend", default=None, help="default: nccl on cuda, gloo on cpu")
+    p.add_argument("--timeout", type=_seconds, default=300,
+                   help="seconds a rank waits for its peers (default %(default)s)")
+    return p
+
+
+def comm_args(args):
+    """The Namespace init_comm reads: torch.distributed, this run's device, backend, dtype."""
+    return argparse.Namespace(**vars(args), dist="torch", pin=False, groups=None, op="sum")
+
+
+def check_shape(args, world_size):
+    """Bad combinations of model and world: one line, exit 2, before anything is built."""
+    if args.hidden % args.heads:
+        raise UsageError(f"--hidden {args.hidden} is not divisible by --heads {args.heads}")
+    if "tp" in args.strategy and args.heads % world_size:
+        raise UsageError(f"--strategy tp: --heads {args.heads} is not divisible by the "
+                         f"{world_size} tensor-parallel ranks (the heads are split across them)")
+    if "pp" in args.strategy and args.layers < world_size:
+        raise UsageError(f"--strategy pp: --layers {args.layers} is fewer than the {world_size} "
+                         "pipeline stages (each stage holds at least one layer)")
+
+
+# ------------------------------------------------------------------------------ glibc malloc
+
+_M_MMAP_THRESHOLD = -3
+
+
+def settle_malloc(args):
+    """glibc grows its mmap threshold as blocks are freed, after which freed activations stay
+    in the heap: ZeRO-3's resident memory then grows step after step. A fixed threshold
+    (MALLOC_MMAP_THRESHOLD_, read at process start, or mallopt now) keeps large blocks in
+    mmap, returned when freed. Returns what the record says about it."""
+    from_env = os.environ.get("MALLOC_MMAP_THRESHOLD_")
+    if args.malloc_mmap_threshold is None and from_env is not None:
+        return {"bytes": int(from_env) if from_env.isdigit() else from_env,
+                "set_by": "MALLOC_MMAP_THRESHOLD_"}
+    threshold = DEFAULT_MMAP_THRESHOLD if args.malloc_mmap_threshold is None \
+        else args.malloc_mmap_threshold
+    if threshold == 0:
+        return {"bytes": None, "set_by": "glibc dynamic default"}
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        done = libc.mallopt(_M_MMAP_THRESHOLD, ctypes.c_int(threshold)) == 1
+    except (OSError, AttributeError):
+        done = False
+    return {"bytes": threshold, "set_by": "mallopt"} if done else \
+        {"bytes": None, "set_by": "not set (no glibc mallopt)"}
+
+
+# ----------------------------------------------------------------------------------- memory
+
+class PeakMemory:
+    """Peak memory over a window: resident (VmHWM after resetting it through clear_refs) on
+    CPU, the allocator's peak on an accelerator."""
+
+    def __init__(self, comm):
+        self.device = comm.device if comm.on_accelerator else None
+        self.source = "device_allocator" if self.device is not None else "rss_high_water"
+        self.reset_done = False
+
+    def reset(self):
+        if self.device is not None:
+            torch.get_device_module(self.device.type).reset_peak_memory_stats(self.device)
+            self.reset_done = True
+            return
+        try:
+            with open("/proc/self/clear_refs", "w") as clear:
+                clear.write("5")
+            self.reset_done = True
+        except OSError:
+            self.reset_done = False  # the peak is then the process's since it started
+
+    def now(self):
+        """What the rank holds now: VmRSS, or the allocator's bytes in use."""
+        if self.device is not None:
+            return torch.get_device_module(self.device.type).memory_allocated(self.device)
+        return _read_field("/proc/self/status", "VmRSS") or 0
+
+    def peak(self):
+        if self.device is not None:
+            return torch.get_device_module(self.device.type).max_memory_allocated(self.device)
+        return _read_field("/proc/self/status", "VmHWM") or 0
+
+
+# ------------------------------------------------------------------------------ measurement
+
+@dataclass
+class Run:
+    args: argparse.Namespace
+    comm: object
+    model_config: ModelConfig
+    dtype: torch.dtype
+    writer: object = None
+    malloc: dict = None
+    header_printed: bool = False
+
+
+def _median(values):
+    return statistics.median(values)
+
+
+def _p90(values):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
+
+
+def _timed_steps(run, strategy, count, recorder=None, losses=None):
+    """`count` steps, each after a barrier; this rank's wall time of each."""
+    comm, times = run.comm, []
+    for _ in range(count):
+        with recorder.paused() if recorder else contextlib.nullcontext():
+            comm.sync_all()
+        if recorder:
+            recorder.begin_step()
+        start = time.perf_counter()
+        loss = strategy.step()
+        comm.synchronize()
+        times.append(time.perf_counter() - start)
+        if recorder:
+            recorder.end_step()
+        if losses is not None:
+            losses.append(math.nan if loss is None else loss)
+    return times
+
+
+def measure(run, name):
+    """One strategy: build, warm up, measure; the record (on every rank)."""
+    args, comm = run.args, run.comm
+    strategy = STRATEGIES[name](run)
+    memory, recorder = PeakMemory(comm), Recorder()
+    gc.collect()
+    before = memory.now()
+    strategy.setup()
+    losses = []
+    _timed_steps(run, strategy, args.warmup, losses=losses)
+    gc.collect()
+    memory.reset()
+    with recorder.installed():
+        times = _timed_steps(run, strategy, args.steps, recorder, losses)
+    peak = memory.peak()
+    no_sync_times = None
+    if name == "ddp":  # the same steps without communication, exposed = the difference
+        strategy.communicate = False
+        _timed_steps(run, strategy, 1)
+        no_sync_times = _timed_steps(run, strategy, args.steps)
+    settings = strategy.settings()
+    params_mine = strategy.params_per_rank
+    loss_rank, samples = strategy.loss_rank, strategy.samples_per_step
+    dp, tp, pp = strategy.dp, strategy.tp, strategy.pp
+    strategy.close()
+    del strategy
+    gc.collect()
+
+    # Every rank's figures on every rank: step times, per step per op [calls, bytes, time]
+    # and blocked time, peak memory, parameters, losses.
+    mine = list(times) + [f for step in recorder.steps for f in step.figures()] + \
+        [float(peak), float(params_mine), float(before)] + losses + list(no_sync_times or [0.0] * args.steps)
+    rows = comm.gather_figures(mine)
+    per_step = 3 * len(OPS) + 1
+    n, steps = comm.world_size, args.steps
+
+    def unpack(row):
+        at = 0
+        step_times = row[at:at + steps]
+        at += steps
+        counts = [row[at + k * per_step:at + (k + 1) * per_step] for k in range(steps)]
+        at += steps * per_step
+        peak_, params_, before_ = row[at], row[at + 1], row[at + 2]
+        at += 3
+        losses_ = row[at:at + args.warmup + steps]
+        at += args.warmup + steps
+        return step_times, counts, peak_, params_, losses_, row[at:at + steps], before_
+
+    ranks = [unpack(row) for row in rows]
+    step_times = [max(r[0][k] for r in ranks) for k in range(steps)]
+    median = _median(step_times)
+    blocked = [max(r[1][k][-1] for r in ranks) for k in range(steps)]
+    comm_summary, comm_per_rank = {}, {}
+    for index, op in enumerate(OPS):
+        def mean_of(rank_counts, field):
+            return sum(c[3 * index + field] for c in rank_counts) / steps
+        if not any(mean_of(r[1], 0) for r in ranks):
+            continue
+        rank0 = ranks[0][1]
+        comm_summary[op] = {"calls": mean_of(rank0, 0), "bytes": mean_of(rank0, 1),
+                            "time_s": mean_of(rank0, 2)}
+        comm_per_rank[op] = [mean_of(r[1], 1) for r in ranks]
+    if name == "ddp":
+        no_sync = [max(r[5][k] for r in ranks) for k in range(steps)]
+        exposed, method = max(0.0, median - _median(no_sync)), "no_sync difference"
+        settings["no_sync_step_time_s"] = _spread(no_sync)
+        settings["no_sync_step_times_s"] = no_sync
+    else:
+        exposed, method = _median(blocked), "blocked in calls"
+    settings["optimizer"] = optimizer_config()
+    settings["lm_head"] = "untied"
+    settings["malloc_mmap_threshold"] = run.malloc
+    # What each rank held before the strategy was built (libraries, earlier strategies' leftovers):
+    # peak minus this is about what the strategy itself took.
+    settings["memory_before_setup_bytes_per_rank"] = [int(r[6]) for r in ranks]
+    if memory.source == "rss_high_water":
+        settings["rss_high_water_reset"] = memory.reset_done
+    return {
+        "type": "strategy", "strategy": name, "world_size": n, "dp": dp, "tp": tp, "pp": pp,
+        "params": run.model_config.params,
+        "params_per_rank": [int(r[3]) for r in ranks],
+        "dtype": args.dtype, "steps": steps,
+        "step_time_s": _spread(step_times),
+        "step_times_s": step_times,
+        "samples_per_s": samples / median,
+        "tokens_per_s": samples * args.seq / median,
+        "peak_memory_bytes_per_rank": [int(r[2]) for r in ranks],
+        "memory_source": memory.source,
+        "loss": [None if math.isnan(x) else x for x in ranks[loss_rank][4]],
+        "comm": comm_summary,
+        "comm_bytes_per_rank": comm_per_rank,
+        "exposed_comm_s": exposed,
+        "exposed_method": method,
+        "compute_s": median - exposed,
+        "config": settings,
+    }
+
+
+def _spread(values):
+    return {"median": _median(values), "min": min(values), "max": max(values), "p90": _p90(values)}
+
+
+# ----------------------------------------------------------------------------------- output
+
+COLUMNS = (("strategy", 9), ("step (median)", 14), ("spread (min-max)", 22), ("samples/s", 11),
+           ("tokens/s", 11), ("peak mem/rank", 14), ("exposed comm", 13), ("comm per step", 0))
+
+
+def _duration(seconds):
+    return f"{seconds * 1e3:.1f} ms" if seconds < 10 else f"{seconds:.2f} s"
+
+
+def _cells(values):
+    return " ".join(value.ljust(width) if width else value
+                    for value, (_, width) in zip(values, COLUMNS)).rstrip()
+
+
+def table_header(run):
+    args, comm = run.args, run.comm
+    title = (f"---- Parallel strategies on {comm.world_size} ranks: {run.model_config.params:,} "
+             f"parameters (hidden {args.hidden}, layers {args.layers}, heads {args.heads}, vocab "
+             f"{args.vocab}, seq {args.seq}), micro-batch {args.micro_batch} x "
+             f"{args.micro_batches}, {args.dtype} ")
+    return [title.ljust(110, "-"), _cells([title for title, _ in COLUMNS]), "-" * 110]
+
+
+def table_row(record):
+    spread = record["step_time_s"]
+    ops = ", ".join(f"{op} {convert_size(figures['bytes'])} ({figures['calls']:g} call"
+                    f"{'' if figures['calls'] == 1 else 's'})"
+                    for op, figures in record["comm"].items()) or "none"
+    return _cells([record["strategy"], _duration(spread["median"]),
+                   f"{_duration(spread['min'])} - {_duration(spread['max'])}",
+                   f"{record['samples_per_s']:.1f}", f"{record['tokens_per_s']:.0f}",
+                   convert_size(max(record["peak_memory_bytes_per_rank"])),
+                   _duration(record["exposed_comm_s"]), ops])
+
+
+class LinesWriter:
+    """JSON lines, one write and one flush a line, so a run that dies keeps what it measured."""
+
+    def __init__(self, path):
+        self.path = path
+        self.file = open(path, "w", encoding="utf-8")
+
+    def write(self, record):
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+
+    def close(self):
+        self.file.close()
+
+
+def meta(run):
+    args, comm = run.args, run.comm
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    try:
+        from importlib.metadata import version
+        versions["deepspeed"] = sys.modules["deepspeed"].__version__ if "deepspeed" in sys.modules \
+            else version("deepspeed")
+    except Exception:  # noqa: BLE001  (DeepSpeed not installed: no version to give)
+        pass
+    return {"type": "meta", "kind": "strategies", "dist": "torch", "backend": comm.backend,
+            "device": comm.device.type, "world_size": comm.world_size,
+            "hostnames": comm.hostnames,
+            "model": {"params": run.model_config.params, "hidden": args.hidden,
+                      "layers": args.layers, "heads": args.heads, "vocab": args.vocab,
+                      "seq": args.seq, "micro_batch": args.micro_batch,
+                      "micro_batches": args.micro_batches, "dtype": args.dtype,
+                      "element_size": run.dtype.itemsize},
+            "steps": args.steps, "warmup": args.warmup, "versions": versions,
+            "command": [sys.executable] + sys.argv,
+            "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def open_output(run):
+    """Rank 0 opens --output; every rank learns whether it could."""
+    failure = None
+    if run.comm.global_rank == 0 and run.args.output:
+        try:
+            run.writer = LinesWriter(run.args.output)
+            run.writer.write(meta(run))
+        except OSError as error:
+            failure = f"cannot write --output {run.args.output}: {error.strerror or error}"
+    if run.comm.any_rank(failure is not None):
+        raise BenchmarkError(failure or "rank 0 cannot write the results file")
+
+
+def report(run, record):
+    comm = run.comm
+    if not run.header_printed:
+        for line in table_header(run):
+            print_rank_0(comm, line)
+        run.header_printed = True
+    print_rank_0(comm, table_row(record))
+    if run.writer is not None:
+        try:
+            run.writer.write(record)
+        except OSError as error:
+            comm.stop_on(BenchmarkError(f"cannot write --output {run.args.output}: "
+                                        f"{error.strerror or error}", rank_local=True))
+
+
+# ------------------------------------------------------------------------------------- main
+
+def run_all(args):
+    malloc = settle_malloc(args)
+    comm = init_comm(args.local_rank, comm_args(args))
+    check_shape(args, comm.world_size)
+    config = ModelConfig(args.hidden, args.layers, args.heads, args.vocab, args.seq)
+    run = Run(args, comm, config, getattr(torch, args.dtype), malloc=malloc)
+    note(comm, f"strategies {', '.join(args.strategy)}: {config.params:,} parameters, "
+               f"{args.steps} measured steps after {args.warmup} warmup, on {socket.gethostname()}"
+               f"; malloc mmap threshold: {malloc['bytes']} ({malloc['set_by']})")
+    if any(name.startswith("zero") for name in args.strategy):
+        # Imported before any strategy runs, so that every strategy's resident memory counts
+        # the same libraries.
+        import_deepspeed(comm.device.type)
+    open_output(run)
+    try:
+        for name in args.strategy:
+            record = measure(run, name)
+            report(run, record)
+            note(comm, f"{name}: loss {record['loss'][0]:.4f} -> {record['loss'][-1]:.4f}, "
+                       f"exposed communication {record['exposed_comm_s'] * 1e3:.1f} ms per step "
+                       f"({record['exposed_method']})")
+            agree_to_go_on(comm)
+    finally:
+        if run.writer is not None:
+            run.writer.close()
+
+
+def main(argv=None):
+    """The entry point: expected failures are one line on stderr and a non-zero exit."""
+    status = 0
+    guard_stop_signals()
+    try:
+        run_all(parser().parse_args(argv))
+    except RuntimeError as error:
+        if not peer_failure(error):
+            raise
+        status = 1
+        first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+        say(f"{PROG}: error: rank {rank_for_messages(True)}: lost its peers: {first}")
+    except OutputClosed:
+        status = 0
+    except BenchmarkError as error:
+        status = error.exit_code
+        if error.reported:
+            pass
+        elif error.rank_local or rank_for_messages() == 0:
+            say(f"{PROG}: error: {error}")
+        else:
+            time.sleep(1)
+    finally:
+        teardown()
+    sys.exit(status)
