@@ -12,6 +12,7 @@ import functools
 import os
 import socket
 import sys
+import time
 import traceback
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -23,7 +24,7 @@ import torch.distributed
 from .dtypes import check_dtype_for_backend
 from . import groups as grouping
 from .errors import BenchmarkError, UsageError
-from .guard import deadline
+from .guard import deadline, peer_failure
 from .launch import check_master_address, discover_launch_env, master_address, master_port
 from .table import note
 
@@ -34,6 +35,100 @@ def _import_ccl():
     except ImportError:
         return False
     return True
+
+
+# oneCCL's environment for a ccl run, set before its process group starts; a user's own values
+# win. oneCCL's defaults give every rank a worker thread that busy-waits for the others: with
+# more ranks than spare cores a 1 KB all_reduce takes milliseconds, against tens of microseconds
+# with the calling thread doing the work (CCL_WORKER_OFFLOAD=0) and ranks on one host talking
+# through shared memory (CCL_ATL_SHM=1). CCL_LOG_LEVEL=error keeps its dozen start-up warnings
+# per rank off stderr.
+CCL_DEFAULTS = {"CCL_WORKER_OFFLOAD": "0", "CCL_ATL_SHM": "1", "CCL_LOG_LEVEL": "error"}
+# The settings the start-up line and the results' meta report, with oneCCL's own defaults.
+CCL_REPORTED = {"CCL_WORKER_OFFLOAD": "1", "CCL_ATL_SHM": "0", "CCL_ATL_TRANSPORT": "ofi",
+                "CCL_WORKER_COUNT": "1", "CCL_LOG_LEVEL": "warn"}
+
+
+def _ccl_root():
+    """Where oneCCL's headers and library are (include/oneapi/ccl.hpp, lib/libccl.so): this
+    environment's prefix (oneCCL from the registry, scripts/install-ccl.sh) or the bindings'
+    own directory (Intel's prebuilt wheels); None when neither has them."""
+    import importlib.util
+    places = [sys.prefix]
+    spec = importlib.util.find_spec("oneccl_bindings_for_pytorch")
+    if spec is not None and spec.origin:
+        places.append(os.path.dirname(spec.origin))
+    for place in places:
+        if os.path.exists(os.path.join(place, "include", "oneapi", "ccl.hpp")) and \
+                os.path.exists(os.path.join(place, "lib", "libccl.so")):
+            return place
+    return None
+
+
+_ccl_settings = {}  # the process's, once set: a later call (an op reusing the group) reports them
+
+
+def ccl_environment(layer):
+    """Set oneCCL's environment for a ccl run (CCL_DEFAULTS where unset; CCL_ROOT and CPATH,
+    which DeepSpeed's build of its oneCCL op needs) and return what the run reports of it."""
+    if _ccl_settings:
+        return _ccl_settings
+    defaulted = [name for name in CCL_DEFAULTS if name not in os.environ]
+    for name in defaulted:
+        os.environ[name] = CCL_DEFAULTS[name]
+    root = os.environ.get("CCL_ROOT") or _ccl_root()
+    if root:
+        os.environ["CCL_ROOT"] = root
+        include = os.path.join(root, "include")
+        paths = [path for path in os.environ.get("CPATH", "").split(os.pathsep) if path]
+        if include not in paths:
+            os.environ["CPATH"] = os.pathsep.join([include] + paths)
+    elif layer == "deepspeed":
+        raise BenchmarkError("--dist deepspeed on ccl: DeepSpeed builds its oneCCL op against "
+                             "oneCCL's headers and library, and none were found here (CCL_ROOT "
+                             "is not set); set CCL_ROOT to oneCCL's directory (with include/ and "
+                             "lib/; scripts/install-ccl.sh puts oneCCL in the venv), or use "
+                             "--dist torch")
+    unset = [name for name in CCL_REPORTED if name not in os.environ]
+    _ccl_settings.update(
+        env={name: os.environ.get(name, CCL_REPORTED[name]) for name in CCL_REPORTED},
+        set_by_suite=defaulted, oneccl_defaults=unset, ccl_root=os.environ.get("CCL_ROOT"),
+        versions=_ccl_versions())
+    return _ccl_settings
+
+
+def _ccl_versions():
+    from importlib import metadata
+    found = {}
+    for name, package in (("oneccl", "oneccl-cpu"), ("oneccl", "oneccl"),
+                          ("bindings", "oneccl-bind-pt")):
+        if name in found:
+            continue
+        try:
+            found[name] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    if "bindings" not in found:
+        found["bindings"] = getattr(sys.modules.get("oneccl_bindings_for_pytorch"), "__version__",
+                                    None)
+    return found
+
+
+def ccl_text(settings):
+    """The start-up line's account of oneCCL's settings: whose each value is."""
+    env = settings["env"]
+    shown = [name for name in env if name != "CCL_LOG_LEVEL"]
+    parts = []
+    for label, names in (("the suite's defaults", settings["set_by_suite"]),
+                         ("oneCCL's", settings["oneccl_defaults"])):
+        mine = [name for name in shown if name in names]
+        if mine:
+            parts.append(" ".join(f"{name}={env[name]}" for name in mine) + f" ({label})")
+    yours = [name for name in shown
+             if name not in settings["set_by_suite"] + settings["oneccl_defaults"]]
+    if yours:
+        parts.insert(0, " ".join(f"{name}={env[name]}" for name in yours) + " (yours)")
+    return "oneCCL " + ", ".join(parts)
 
 
 def _torch_accelerator():
@@ -98,6 +193,7 @@ class Comm:
     one_tensor_all_gather: bool
     hostnames: list
     accelerator: object = None  # DeepSpeed's accelerator in deepspeed mode
+    ccl: dict = None  # backend ccl: oneCCL's settings and versions (ccl_environment)
     # --op as the layer's ReduceOp, for the reducing ops' calls: () for SUM, the calls' default,
     # so that the default call is the original's.
     reduce_args: tuple = ()
@@ -228,9 +324,18 @@ def _init_error(error, port, rank):
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     first = (lines[0] if lines else type(error).__name__)[:300]
     frames = traceback.extract_tb(error.__traceback__)
+    if "CCL_ROOT" in text:  # DeepSpeed's ccl backend found no oneCCL to build its op against
+        return BenchmarkError(f"rank {rank}: DeepSpeed's ccl backend needs CCL_ROOT, oneCCL's "
+                              "directory (with include/ and lib/); set it, or use --dist torch",
+                              rank_local=True)
     if any("cpp_extension" in frame.filename for frame in frames):
         # DeepSpeed JIT-builds its CPU communication op at the first init_distributed().
         cause = next((line for line in lines if "fatal error" in line or " error:" in line), first)
+        if "ccl.hpp" in cause:
+            return BenchmarkError(f"rank {rank}: DeepSpeed could not build its oneCCL op "
+                                  f"({cause[:200]}); CCL_ROOT={os.environ.get('CCL_ROOT')} must "
+                                  "hold oneCCL's include/ and lib/, or use --dist torch",
+                                  rank_local=True)
         return BenchmarkError(f"rank {rank}: DeepSpeed could not build its CPU communication "
                               f"extension ({cause[:200]}); it needs a C++ compiler, ninja and "
                               "about 1 GB of free memory once (TORCH_EXTENSIONS_DIR keeps the "
@@ -277,6 +382,7 @@ def init_comm(local_rank, args):
     check_dtype_for_backend(args, backend)
 
     starting = not torch.distributed.is_initialized()
+    ccl = ccl_environment(args.dist) if backend == "ccl" else None
     pinned = pin(launch.local_rank) if starting and getattr(args, "pin", False) else None
     if starting:
         os.environ["MASTER_ADDR"] = check_master_address(master_address(os.environ, launch),
@@ -309,7 +415,16 @@ def init_comm(local_rank, args):
     rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
     with deadline(args.timeout, f"rank {rank}: the ranks did not all answer within "
                                 f"{args.timeout:g} s after start-up; a peer rank died or is stuck"):
-        peers = _exchange((socket.gethostname(), argument_digest(args)), world_size, device)
+        try:
+            peers = _exchange((socket.gethostname(), argument_digest(args)), world_size, device)
+        except RuntimeError as error:
+            # oneCCL starts at the first collective: a setting it refuses (a CCL_* variable) or a
+            # transport it cannot open fails there, with oneCCL's own words.
+            if backend != "ccl" or peer_failure(error) or "oneCCL" not in str(error):
+                raise
+            first = str(error).strip().splitlines()[0][:300]
+            raise BenchmarkError(f"rank {rank}: oneCCL did not start: {first}",
+                                 rank_local=True) from None
     hostnames = [host for host, _ in peers]
     local_world_size = hostnames.count(socket.gethostname())
     differing = [r for r, (_, digest) in enumerate(peers) if digest != peers[0][1]]
@@ -334,14 +449,15 @@ def init_comm(local_rank, args):
                 local_rank=launch.local_rank, world_size=world_size,
                 local_world_size=local_world_size, all_gather=gather, reduce_scatter=scatter,
                 one_tensor_all_gather=one_tensor, hostnames=hostnames, accelerator=ds_accelerator,
-                reduce_args=reduce_args(dist_module, getattr(args, "op", "sum")), global_rank=rank)
+                reduce_args=reduce_args(dist_module, getattr(args, "op", "sum")), global_rank=rank,
+                ccl=ccl)
     if starting:  # once per run, not again for each op or utils.max_numel call that reuses it
         layer = "deepspeed.comm" if ds_dist else "torch.distributed"
         note(comm, f"{args.dist} ({layer}), backend {torch.distributed.get_backend()}, device "
                    f"{device.type}, {world_size} rank{'s' if world_size > 1 else ''} on "
                    f"{len(set(hostnames))} host(s), launcher environment: {launch.launcher}" +
                    (f"; each rank pinned to one CPU (rank 0: CPU {pinned})" if pinned is not None
-                    else ""))
+                    else "") + (f"; {ccl_text(ccl)}" if ccl is not None else ""))
     if getattr(args, "groups", None):
         comm.layouts = _make_layouts(comm, args.groups, dist_module, gather, scatter, one_tensor)
     return comm
@@ -407,5 +523,24 @@ def _select_device(device_type, local_rank, ds_accelerator):
 
 
 def teardown():
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    """End the process group, in the way that is safe for its backend and layer."""
+    if not torch.distributed.is_initialized():
+        return
+    if torch.distributed.get_backend() == "ccl":
+        # The bindings complete each op on a worker thread that drops the op's tensors just after,
+        # and needs the GIL for that; a thread still waiting for the GIL when the interpreter
+        # exits is ended where it stands and the process aborts. A moment without the GIL lets
+        # it finish first.
+        time.sleep(0.05)
+        if _deepspeed_ccl_op():
+            # DeepSpeed's own oneCCL communicator (its op's, a static of the op's library) and
+            # the bindings' torn down by destroy_process_group() leave the process to crash at
+            # exit (SIGSEGV on every rank); left to the exit, both end cleanly.
+            return
+    torch.distributed.destroy_process_group()
+
+
+def _deepspeed_ccl_op():
+    """Whether DeepSpeed's ccl backend loaded its oneCCL op in this process."""
+    backend = getattr(sys.modules.get("deepspeed.comm.comm"), "cdb", None)
+    return getattr(backend, "ccl_comm_op", None) is not None

@@ -78,6 +78,9 @@ def run_meta(args, comm, ops):
         "overlap": getattr(args, "overlap", False),
         "overlap_factor": getattr(args, "overlap_factor", 1.0),
         "compute_cpus": sorted(getattr(args, "compute_cpus", None) or []) or None,
+        # backend ccl: oneCCL's settings (env: the value of each, set_by_suite: those the suite
+        # defaulted, oneccl_defaults: those left to oneCCL) and versions; None on other backends
+        "ccl": comm.ccl,
         "torch_threads": torch.get_num_threads(), "command": [sys.executable] + sys.argv,
         "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
