@@ -13,6 +13,7 @@ Then it times start-up: from process start to the first printed row of the table
   .venv/bin/python benchmarks/overhead.py                 # world sizes 1 and 2, torch
   .venv/bin/python benchmarks/overhead.py --dist deepspeed
   .venv/bin/python benchmarks/overhead.py --quick         # one op, two sizes, world size 1
+  .venv/bin/python benchmarks/overhead.py --backend ccl --world-sizes 2   # over oneCCL
 
 Ratios, not absolute times, are the claim: this machine is shared and noisy, so pairs are
 interleaved and medians quoted.
@@ -96,7 +97,7 @@ def worker(options):
     from commbench.timing import time_op
 
     args = utils.benchmark_parser().parse_args(["--dist", options.dist, "--device", "cpu",
-                                                "--warmups", "3"])
+                                                "--warmups", "3"] + _backend_flag(options))
     comm = utils.init_processes(None, args)
     ops = [op for op in options.ops if comm.world_size >= utils.collective(op).min_world_size]
     for op in ops:
@@ -122,7 +123,8 @@ def worker(options):
                         bare.append(time_bare(op, input, output, args.warmups, args.trials, comm))
             if comm.rank == 0:
                 print(RECORD + json.dumps({"op": op, "size": size, "world_size": comm.world_size,
-                                           "trials": args.trials, "suite": suite, "bare": bare}),
+                                           "backend": comm.backend, "trials": args.trials,
+                                           "suite": suite, "bare": bare}),
                       flush=True)
     teardown()
 
@@ -135,6 +137,7 @@ def run_world(world_size, options):
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         env.pop(name, None)
     me = [str(Path(__file__).resolve()), "--worker", "--dist", options.dist,
+          *_backend_flag(options),
           "--pairs", str(options.pairs), "--seconds", str(options.seconds),
           *([] if options.pin else ["--no-pin"]), "--ops", *options.ops,
           "--sizes", *map(str, options.sizes)]
@@ -150,12 +153,18 @@ def run_world(world_size, options):
             if line.startswith(RECORD)]
 
 
+def _backend_flag(options):
+    return ["--backend", options.backend] if options.backend else []
+
+
 def report(records, options):
     layer = "deepspeed.comm" if options.dist == "deepspeed" else "torch.distributed"
     world_size = records[0]["world_size"]
     pinned = "each rank pinned to one CPU" if options.pin else "ranks not pinned"
-    print(f"\nworld size {world_size}: suite ({layer}, time_op) vs bare torch.distributed "
-          f"loop, medians of {len(records[0]['suite'])} pairs, order alternating, {pinned}")
+    backend = records[0].get("backend", options.backend or "detected")
+    print(f"\nworld size {world_size}, backend {backend}: suite ({layer}, time_op) vs bare "
+          f"torch.distributed loop, medians of {len(records[0]['suite'])} pairs, order "
+          f"alternating, {pinned}")
     print(f"{'op':16s} {'size':>10s} {'trials':>7s} {'suite us':>12s} {'bare us':>12s} "
           f"{'suite/bare':>11s}")
     ratios, worst = [], 0.0
@@ -173,12 +182,12 @@ def report(records, options):
           f"{above} above 1.03")
 
 
-def first_row_seconds(dist):
+def first_row_seconds(dist, backend=None):
     """Seconds from process start to the first row of the table on stdout."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_PORT="29431")
     env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.executable).parent.parent / "torch_extensions"))
     cmd = [sys.executable, "all_reduce.py", "--scan", "--maxsize=2", "--trials=1", "--warmups=0",
-           f"--dist={dist}"]
+           f"--dist={dist}"] + (["--backend", backend] if backend else [])
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
@@ -190,13 +199,14 @@ def first_row_seconds(dist):
     return seconds
 
 
-def startup(repeats):
+def startup(repeats, backend=None):
     print(f"\nstart-up: process start to first printed row (python all_reduce.py --scan "
-          f"--maxsize=2 --trials=1), median of {repeats}, interleaved")
+          f"--maxsize=2 --trials=1{' --backend ' + backend if backend else ''}), median of "
+          f"{repeats}, interleaved")
     times = {"torch": [], "deepspeed": []}
     for _ in range(repeats):
         for dist in times:
-            times[dist].append(first_row_seconds(dist))
+            times[dist].append(first_row_seconds(dist, backend))
     for dist, values in times.items():
         print(f"--dist {dist:10s} {statistics.median(values):.3f} s  "
               f"(runs: {', '.join(f'{v:.3f}' for v in values)})")
@@ -205,6 +215,9 @@ def startup(repeats):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dist", choices=("torch", "deepspeed"), default="torch")
+    parser.add_argument("--backend", choices=("gloo", "ccl"),
+                        help="the CPU backend measured (default: the suite's detection: ccl when "
+                             "oneccl_bindings_for_pytorch imports, else gloo)")
     parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--no-pin", dest="pin", action="store_false",
                         help="leave the ranks free to move between CPUs (default: each rank "
@@ -229,7 +242,7 @@ def main():
     for world_size in options.world_sizes:
         report(run_world(world_size, options), options)
     if not options.quick and options.startup_repeats > 0:
-        startup(options.startup_repeats)
+        startup(options.startup_repeats, options.backend)
 
 
 if __name__ == "__main__":

@@ -449,8 +449,8 @@ def init_comm(local_rank, args):
                 local_rank=launch.local_rank, world_size=world_size,
                 local_world_size=local_world_size, all_gather=gather, reduce_scatter=scatter,
                 one_tensor_all_gather=one_tensor, hostnames=hostnames, accelerator=ds_accelerator,
-                reduce_args=reduce_args(dist_module, getattr(args, "op", "sum")), global_rank=rank,
-                ccl=ccl)
+                reduce_args=reduce_args(dist_module, getattr(args, "op", "sum")),
+                global_rank=rank, ccl=ccl)
     if starting:  # once per run, not again for each op or utils.max_numel call that reuses it
         layer = "deepspeed.comm" if ds_dist else "torch.distributed"
         note(comm, f"{args.dist} ({layer}), backend {torch.distributed.get_backend()}, device "
@@ -527,10 +527,10 @@ def teardown():
     if not torch.distributed.is_initialized():
         return
     if torch.distributed.get_backend() == "ccl":
-        # The bindings complete each op on a worker thread that drops the op's tensors just after,
-        # and needs the GIL for that; a thread still waiting for the GIL when the interpreter
-        # exits is ended where it stands and the process aborts. A moment without the GIL lets
-        # it finish first.
+        # The bindings complete each op on a worker thread that drops the op's tensors just
+        # after, and needs the GIL for that; a thread still waiting for the GIL when the
+        # interpreter exits is ended where it stands and the process aborts. A moment without
+        # the GIL lets it finish first.
         time.sleep(0.05)
         if _deepspeed_ccl_op():
             # DeepSpeed's own oneCCL communicator (its op's, a static of the op's library) and

@@ -1,0 +1,243 @@
+"""--backend ccl on real oneCCL (scripts/install-ccl.sh, `make ccl`): every op through
+Intel's torch bindings, both layers, three launchers, world sizes 2 and 3, checked element by
+element; oneCCL's settings the suite defaults, reports and leaves to a user who set them; the
+exit of a finished run; and one line where the bindings or oneCCL's headers are missing.
+
+Without the bindings in the venv these tests are skipped, and in CI
+(COMMBENCH_REQUIRE_LAUNCHERS) they fail: CI installs them.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import (BIN, ROOT, Run, assert_no_traceback, base_env, free_port, launcher_command,
+                      parse_tables)
+from formulas import OPS
+
+SUITE_DEFAULTS = "CCL_WORKER_OFFLOAD=0 CCL_ATL_SHM=1 (the suite's defaults)"
+# What oneCCL may still say at CCL_LOG_LEVEL=error: that the level itself was changed.
+CCL_LOG_LINE = "|CCL_WARN| value of CCL_LOG_LEVEL changed to be error"
+
+
+def _bindings_import():
+    probe = subprocess.run([sys.executable, "-c", "import oneccl_bindings_for_pytorch"],
+                           capture_output=True, text=True, timeout=120)
+    return probe.returncode == 0, (probe.stderr.strip().splitlines() or [""])[-1]
+
+
+@pytest.fixture(scope="module")
+def ccl():
+    """The bindings import in this venv; else skip (fail in CI, which installs them)."""
+    ok, why = _bindings_import()
+    if not ok:
+        text = f"the ccl backend is not installed in {BIN.parent} ({why}); make ccl installs it"
+        if os.environ.get("COMMBENCH_REQUIRE_LAUNCHERS"):
+            pytest.fail(text)
+        pytest.skip(text)
+
+
+@pytest.fixture
+def no_bindings(tmp_path):
+    """A PYTHONPATH on which `import oneccl_bindings_for_pytorch` fails, as where they are not
+    installed (DeepSpeed then takes gloo too)."""
+    shim = tmp_path / "no-ccl" / "oneccl_bindings_for_pytorch"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ImportError('hidden by the test: not installed')\n")
+    return str(shim.parent)
+
+
+def start(script, *args, nproc=2, launcher="torchrun", env=None, timeout=300):
+    """Run `script` as given, no flag added (the backend is what the suite detects unless
+    args say): conftest's launcher lines and parser."""
+    port = free_port()
+    environment = base_env(MASTER_PORT=str(port), **(env or {}))
+    prefix = [sys.executable] if nproc == 1 else launcher_command(launcher, nproc, port,
+                                                                  environment["PATH"])
+    cmd = prefix + [script] + [str(a) for a in args]
+    proc = subprocess.run(cmd, cwd=ROOT, env=environment, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return Run(cmd, proc.returncode, proc.stdout, proc.stderr, parse_tables(proc.stdout))
+
+
+def assert_quiet_oneccl(result):
+    """No oneCCL warning but the one line saying its log level was set."""
+    warnings = [line for line in result.stderr.splitlines()
+                if "|CCL_WARN|" in line and CCL_LOG_LINE not in line]
+    assert not warnings, result
+
+
+def read_results(path):
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    return lines[0], [line for line in lines[1:] if line.get("type", "record") != "meta"]
+
+
+# ------------------------------------------------------------------ every op, for real
+
+@pytest.mark.parametrize("nproc", [2, 3])
+@pytest.mark.parametrize("dist", ["torch", "deepspeed"])
+@pytest.mark.parametrize("launcher", ["torchrun", "deepspeed", "mpirun"])
+def test_six_ops_on_oneccl(ccl, tmp_path, launcher, dist, nproc):
+    """run_all's six ops over oneCCL, float32 and bfloat16, every element checked: 0 wrong,
+    exit 0 (DeepSpeed's layer crashed every rank at exit before the suite's teardown)."""
+    output = tmp_path / "ccl.jsonl"
+    result = start("run_all.py", "--device=cpu", "--backend=ccl", f"--dist={dist}", "--scan",
+                   "--maxsize=6", "--trials=3", "--warmups=1", "--check",
+                   "--dtype=float32,bfloat16", f"--output={output}", nproc=nproc,
+                   launcher=launcher)
+    assert result.returncode == 0, result
+    assert_no_traceback(result)
+    assert [table.op for table in result.tables] == [op for op in OPS for _ in range(2)]
+    assert [table.qualifiers["dtype"] for table in result.tables] == ["float32", "bfloat16"] * 6
+    for table in result.tables:
+        assert table.devices == (2 if table.op == "pt2pt" else nproc)
+        assert table.rows and all(row.extra == ["0"] for row in table.rows), result
+    assert f"backend ccl, device cpu, {nproc} ranks on 1 host(s)" in result.stderr
+    assert SUITE_DEFAULTS in result.stderr
+    assert_quiet_oneccl(result)
+    meta, records = read_results(output)
+    assert meta["backend"] == "ccl" and meta["dist"] == dist
+    env, suite = meta["ccl"]["env"], set(meta["ccl"]["set_by_suite"])
+    assert env["CCL_WORKER_OFFLOAD"] == "0" and env["CCL_ATL_SHM"] == "1"
+    assert {"CCL_WORKER_OFFLOAD", "CCL_ATL_SHM", "CCL_LOG_LEVEL"} <= suite
+    assert meta["ccl"]["versions"]["oneccl"] and meta["ccl"]["versions"]["bindings"]
+    assert records and all(record["wrong"] == 0 for record in records)
+
+
+def test_the_other_four_ops_on_oneccl(ccl):
+    """reduce, gather, scatter and barrier too (--all), with --op max, at world size 3."""
+    result = start("run_all.py", "--device=cpu", "--backend=ccl", "--dist=torch", "--all",
+                   "--op=max", "--scan", "--maxsize=5", "--trials=3", "--warmups=1", "--check",
+                   nproc=3)
+    assert result.returncode == 0, result
+    assert [table.op for table in result.tables][6:] == ["reduce", "gather", "scatter", "barrier"]
+    assert all(row.extra == ["0"] for table in result.tables for row in table.rows), result
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+@pytest.mark.parametrize("async_op", [[], ["--async-op"]])
+def test_pt2pt_alone_sends_and_exits_cleanly(ccl, nproc, async_op):
+    """send/recv (isend/irecv with --async-op), the patch the install applies to the bindings'
+    CPU path; the last op is a send, whose tensors the bindings' worker thread releases after
+    the caller has moved on: the run still ends with 0, every time."""
+    for _ in range(3):
+        result = start("pt2pt.py", "--device=cpu", "--backend=ccl", "--dist=torch", "--scan",
+                       "--maxsize=8", "--trials=5", "--check", *async_op, nproc=nproc)
+        assert result.returncode == 0, result
+        assert [row.extra for row in result.table("pt2pt").rows] == [["0"]] * 7
+
+
+# ------------------------------------------------------------------ detection and settings
+
+@pytest.mark.parametrize("launcher,dist", [("torchrun", "torch"), ("deepspeed", "deepspeed")])
+def test_detected_on_cpu_when_the_bindings_import(ccl, launcher, dist):
+    """No --backend on CPU: ccl, as DeepSpeed decides it (the bindings import), in both layers;
+    the start-up line says which backend is measured."""
+    result = start("all_reduce.py", "--device=cpu", f"--dist={dist}", "--scan", "--maxsize=4",
+                   "--trials=3", "--check", launcher=launcher)
+    assert result.returncode == 0, result
+    assert "backend ccl, device cpu, 2 ranks" in result.stderr
+    assert all(row.extra == ["0"] for row in result.table("all_reduce").rows)
+
+
+def test_a_users_own_oneccl_settings_win(ccl, tmp_path):
+    output = tmp_path / "r.jsonl"
+    result = start("all_reduce.py", "--device=cpu", "--backend=ccl", "--dist=torch", "--scan",
+                   "--maxsize=3", "--trials=3", f"--output={output}",
+                   env={"CCL_WORKER_OFFLOAD": "1", "CCL_ATL_TRANSPORT": "ofi"})
+    assert result.returncode == 0, result
+    assert ("oneCCL CCL_WORKER_OFFLOAD=1 CCL_ATL_TRANSPORT=ofi (yours), CCL_ATL_SHM=1 (the "
+            "suite's defaults), CCL_WORKER_COUNT=1 (oneCCL's)") in result.stderr
+    meta, _ = read_results(output)
+    assert meta["ccl"]["env"]["CCL_WORKER_OFFLOAD"] == "1"
+    assert sorted(meta["ccl"]["set_by_suite"]) == ["CCL_ATL_SHM", "CCL_LOG_LEVEL"]
+    assert meta["ccl"]["oneccl_defaults"] == ["CCL_WORKER_COUNT"]
+
+
+def test_other_backends_record_no_oneccl_settings(tmp_path):
+    output = tmp_path / "r.jsonl"
+    result = start("all_reduce.py", "--device=cpu", "--backend=gloo", "--dist=torch", "--scan",
+                   "--maxsize=3", "--trials=2", f"--output={output}")
+    assert result.returncode == 0, result
+    assert "backend gloo" in result.stderr and "oneCCL" not in result.stderr
+    assert read_results(output)[0]["ccl"] is None
+
+
+def test_oneccl_refusing_a_setting_is_one_line(ccl):
+    result = start("all_reduce.py", "--device=cpu", "--backend=ccl", "--dist=torch", "--scan",
+                   "--maxsize=3", env={"CCL_ATL_TRANSPORT": "carrier-pigeon"}, timeout=120)
+    assert result.returncode == 1, result
+    assert_no_traceback(result)
+    assert "commbench: error: rank 0: oneCCL did not start: oneCCL: " in result.stderr, result
+    assert "CCL_ATL_TRANSPORT" in result.stderr and result.tables == []
+
+
+# ------------------------------------------------------------------ DeepSpeed's oneCCL op
+
+def test_deepspeed_told_where_oneccl_is_not(ccl, tmp_path):
+    """CCL_ROOT pointing where oneCCL is not: DeepSpeed's build of its oneCCL op fails, and the
+    run says so in one line naming CCL_ROOT (the build in a folder of its own, not the venv's)."""
+    result = start("all_reduce.py", "--device=cpu", "--backend=ccl", "--dist=deepspeed",
+                   "--scan", "--maxsize=3", nproc=1,
+                   env={"CCL_ROOT": str(tmp_path / "nowhere"),
+                        "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")})
+    assert result.returncode == 1, result
+    ours = [line for line in result.stderr.splitlines() if line.startswith("commbench: error:")]
+    assert len(ours) == 1 and "CCL_ROOT" in ours[0] and "oneCCL" in ours[0], result
+    assert "Traceback" not in result.stderr, result
+
+
+def test_no_oneccl_to_build_deepspeeds_op_against(monkeypatch):
+    """Neither CCL_ROOT nor oneCCL's headers beside the bindings or in the venv: --dist
+    deepspeed stops before DeepSpeed's build, in one line saying what to set; --dist torch
+    does not need them."""
+    from commbench import comm
+    from commbench.errors import BenchmarkError
+    monkeypatch.setattr(comm, "_ccl_settings", {})
+    monkeypatch.setattr(comm, "_ccl_root", lambda: None)
+    monkeypatch.setattr(os, "environ", {name: value for name, value in os.environ.items()
+                                        if not name.startswith("CCL_") and name != "CPATH"})
+    with pytest.raises(BenchmarkError, match="set CCL_ROOT to oneCCL's directory"):
+        comm.ccl_environment("deepspeed")
+    settings = comm.ccl_environment("torch")
+    assert settings["ccl_root"] is None and "CPATH" not in os.environ
+    assert os.environ["CCL_WORKER_OFFLOAD"] == "0" and os.environ["CCL_ATL_SHM"] == "1"
+
+
+def test_ccl_root_and_cpath_found_for_deepspeed(monkeypatch, tmp_path):
+    from commbench import comm
+    (tmp_path / "include" / "oneapi").mkdir(parents=True)
+    (tmp_path / "include" / "oneapi" / "ccl.hpp").touch()
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libccl.so").touch()
+    monkeypatch.setattr(comm, "_ccl_settings", {})
+    monkeypatch.setattr(comm.sys, "prefix", str(tmp_path))
+    monkeypatch.setattr(os, "environ", {**{name: value for name, value in os.environ.items()
+                                           if not name.startswith("CCL_")}, "CPATH": "/elsewhere"})
+    settings = comm.ccl_environment("deepspeed")
+    assert settings["ccl_root"] == os.environ["CCL_ROOT"] == str(tmp_path)
+    assert os.environ["CPATH"] == f"{tmp_path}/include:/elsewhere"
+
+
+# ------------------------------------------------------------------ the bindings absent
+
+@pytest.mark.parametrize("dist", ["torch", "deepspeed"])
+def test_ccl_without_bindings_is_one_line(no_bindings, dist):
+    result = start("all_reduce.py", "--backend=ccl", f"--dist={dist}", nproc=1,
+                   env={"PYTHONPATH": no_bindings})
+    assert result.returncode == 1, result
+    ours = [line for line in result.stderr.splitlines() if line.startswith("commbench: error:")]
+    assert ours == ["commbench: error: --backend ccl needs oneccl_bindings_for_pytorch, which is "
+                    "not installed; install it or use --backend gloo"], result
+    assert "Traceback" not in result.stderr and result.tables == []
+
+
+@pytest.mark.parametrize("launcher,dist", [("torchrun", "torch"), ("deepspeed", "deepspeed")])
+def test_gloo_detected_without_bindings(no_bindings, launcher, dist):
+    result = start("all_reduce.py", "--device=cpu", f"--dist={dist}", "--scan", "--maxsize=3",
+                   "--trials=2", launcher=launcher, env={"PYTHONPATH": no_bindings})
+    assert result.returncode == 0, result
+    assert "backend gloo, device cpu, 2 ranks" in result.stderr
