@@ -16,7 +16,6 @@ hidden h, L layers; activation A = b·s·h·es bytes):
 """
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -91,7 +90,8 @@ def check_record(record, meta, n, model, strategy):
     assert all(t > 0 for t in record["step_times_s"])
     spread = record["step_time_s"]
     assert spread["min"] <= spread["median"] <= spread["p90"] <= spread["max"]
-    assert spread["min"] == min(record["step_times_s"]) and spread["max"] == max(record["step_times_s"])
+    assert (spread["min"], spread["max"]) == (min(record["step_times_s"]),
+                                              max(record["step_times_s"]))
     samples = model["micro_batch"] * model["micro_batches"] * record["dp"]
     assert record["samples_per_s"] == pytest.approx(samples / spread["median"])
     assert record["tokens_per_s"] == pytest.approx(record["samples_per_s"] * model["seq"])

@@ -34,9 +34,6 @@ from .accounting import OPS, Recorder
 from .model import ModelConfig
 from .train import ORDER, STRATEGIES, import_deepspeed, optimizer_config
 
-DEFAULT_MMAP_THRESHOLD = 1 << 20
-
-
 # ------------------------------------------------------------------------------------- flags
 
 class _Parser(argparse.ArgumentParser):
@@ -97,24 +94,35 @@ def parser():
                    help="set by launchers; default: from the launcher's environment")
     p.add_argument("--strategy", type=strategy_list, default=list(ORDER),
                    help="ddp, zero1, zero2, zero3, tp, pp, a comma list, or all (default)")
-    p.add_argument("--hidden", type=_positive, default=256)
-    p.add_argument("--layers", type=_positive, default=4)
-    p.add_argument("--heads", type=_positive, default=4)
-    p.add_argument("--vocab", type=_positive, default=1024)
-    p.add_argument("--seq", type=_positive, default=64)
-    p.add_argument("--micro-batch", type=_positive, default=8, help="sequences per micro-batch")
+    p.add_argument("--hidden", type=_positive, default=256,
+                   help="model width (default %(default)s)")
+    p.add_argument("--layers", type=_positive, default=4, help="blocks (default %(default)s)")
+    p.add_argument("--heads", type=_positive, default=4,
+                   help="attention heads; tp needs them divisible by the world size (default "
+                        "%(default)s)")
+    p.add_argument("--vocab", type=_positive, default=1024, help="vocabulary (default %(default)s)")
+    p.add_argument("--seq", type=_positive, default=64,
+                   help="tokens a sequence (default %(default)s)")
+    p.add_argument("--micro-batch", type=_positive, default=8,
+                   help="sequences per micro-batch (default %(default)s)")
     p.add_argument("--micro-batches", type=_positive, default=4,
-                   help="gradient accumulation steps (ddp, zero, tp); pipeline micro-batches (pp)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-    p.add_argument("--steps", type=_positive, default=10, help="measured steps")
-    p.add_argument("--warmup", type=_at_least_zero, default=2, help="unmeasured steps first")
-    p.add_argument("--seed", type=_at_least_zero, default=1234)
+                   help="gradient accumulation steps (ddp, zero, tp); pipeline micro-batches (pp) "
+                        "(default %(default)s)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="parameters, activations and communication (default %(default)s)")
+    p.add_argument("--steps", type=_positive, default=10,
+                   help="measured steps (default %(default)s)")
+    p.add_argument("--warmup", type=_at_least_zero, default=2,
+                   help="unmeasured steps first (default %(default)s)")
+    p.add_argument("--seed", type=_at_least_zero, default=1234,
+                   help="of the weights and the synthetic tokens (default %(default)s)")
     p.add_argument("--stage3-live", type=_positive, default=100_000, metavar="PARAMS",
                    help="zero3: stage3_max_live_parameters, stage3_max_reuse_distance and "
                         "stage3_prefetch_bucket_size (default %(default)s)")
     p.add_argument("--malloc-mmap-threshold", type=_at_least_zero, default=None, metavar="BYTES",
-                   help="glibc's M_MMAP_THRESHOLD for the run (default: MALLOC_MMAP_THRESHOLD_ "
-                        f"if set, else {DEFAULT_MMAP_THRESHOLD}; 0: glibc's dynamic default)")
+                   help="fix glibc's mmap threshold (mallopt M_MMAP_THRESHOLD): resident memory "
+                        "stops growing from step to step (ZeRO-3), allocations get slower; "
+                        "default: MALLOC_MMAP_THRESHOLD_ if set, else glibc's dynamic threshold")
     p.add_argument("--output", default=None, metavar="PATH", help="JSON lines, by rank 0")
     p.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     p.add_argument("--backend", default=None, help="default: nccl on cuda, gloo on cpu")
@@ -146,25 +154,28 @@ _M_MMAP_THRESHOLD = -3
 
 
 def settle_malloc(args):
-    """glibc grows its mmap threshold as blocks are freed, after which freed activations stay
-    in the heap: ZeRO-3's resident memory then grows step after step. A fixed threshold
-    (MALLOC_MMAP_THRESHOLD_, read at process start, or mallopt now) keeps large blocks in
-    mmap, returned when freed. Returns what the record says about it."""
+    """glibc raises its mmap threshold as large blocks are freed, after which freed blocks stay
+    in a fragmented heap: ZeRO-3's resident memory grows step after step (here about 90 MiB
+    over 12 steps of the default model). A fixed threshold (MALLOC_MMAP_THRESHOLD_, read at
+    process start, or --malloc-mmap-threshold, set here through mallopt) keeps large blocks in
+    mmap and returns them when freed, but every such allocation then faults its pages in
+    again: steps were 10% (ddp) to 60% (zero3) slower here. So the default is glibc's own
+    behaviour, what a training job gets; the record says which. Returns what it says."""
     from_env = os.environ.get("MALLOC_MMAP_THRESHOLD_")
-    if args.malloc_mmap_threshold is None and from_env is not None:
-        return {"bytes": int(from_env) if from_env.isdigit() else from_env,
-                "set_by": "MALLOC_MMAP_THRESHOLD_"}
-    threshold = DEFAULT_MMAP_THRESHOLD if args.malloc_mmap_threshold is None \
-        else args.malloc_mmap_threshold
-    if threshold == 0:
+    if args.malloc_mmap_threshold is None:
+        if from_env is not None:
+            return {"bytes": int(from_env) if from_env.isdigit() else from_env,
+                    "set_by": "MALLOC_MMAP_THRESHOLD_"}
         return {"bytes": None, "set_by": "glibc dynamic default"}
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        done = libc.mallopt(_M_MMAP_THRESHOLD, ctypes.c_int(threshold)) == 1
+        done = libc.mallopt(_M_MMAP_THRESHOLD, ctypes.c_int(args.malloc_mmap_threshold)) == 1
     except (OSError, AttributeError):
         done = False
-    return {"bytes": threshold, "set_by": "mallopt"} if done else \
-        {"bytes": None, "set_by": "not set (no glibc mallopt)"}
+    if not done:
+        raise UsageError(f"--malloc-mmap-threshold {args.malloc_mmap_threshold}: glibc's mallopt "
+                         "refused it or is not there (glibc takes at most 32 MiB on 64-bit)")
+    return {"bytes": args.malloc_mmap_threshold, "set_by": "--malloc-mmap-threshold (mallopt)"}
 
 
 # ----------------------------------------------------------------------------------- memory
@@ -202,6 +213,17 @@ class PeakMemory:
         return _read_field("/proc/self/status", "VmHWM") or 0
 
 
+def release_memory():
+    """Between strategies: what the last one freed goes back to the system (glibc keeps freed
+    heap memory otherwise), so the next one's resident memory starts from the libraries, not
+    from its predecessor's leftovers."""
+    gc.collect()
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 # ------------------------------------------------------------------------------ measurement
 
 @dataclass
@@ -224,8 +246,9 @@ def _p90(values):
     return ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
 
 
-def _timed_steps(run, strategy, count, recorder=None, losses=None):
-    """`count` steps, each after a barrier; this rank's wall time of each."""
+def _timed_steps(run, strategy, count, recorder=None, losses=None, memory=None, held=None):
+    """`count` steps, each after a barrier; this rank's wall time of each (and with `memory`,
+    what the rank holds after each, in `held`)."""
     comm, times = run.comm, []
     for _ in range(count):
         with recorder.paused() if recorder else contextlib.nullcontext():
@@ -240,6 +263,8 @@ def _timed_steps(run, strategy, count, recorder=None, losses=None):
             recorder.end_step()
         if losses is not None:
             losses.append(math.nan if loss is None else loss)
+        if memory is not None:
+            held.append(memory.now())
     return times
 
 
@@ -255,8 +280,9 @@ def measure(run, name):
     _timed_steps(run, strategy, args.warmup, losses=losses)
     gc.collect()
     memory.reset()
+    held = []
     with recorder.installed():
-        times = _timed_steps(run, strategy, args.steps, recorder, losses)
+        times = _timed_steps(run, strategy, args.steps, recorder, losses, memory, held)
     peak = memory.peak()
     no_sync_times = None
     if name == "ddp":  # the same steps without communication, exposed = the difference
@@ -269,12 +295,13 @@ def measure(run, name):
     dp, tp, pp = strategy.dp, strategy.tp, strategy.pp
     strategy.close()
     del strategy
-    gc.collect()
+    release_memory()
 
     # Every rank's figures on every rank: step times, per step per op [calls, bytes, time]
     # and blocked time, peak memory, parameters, losses.
     mine = list(times) + [f for step in recorder.steps for f in step.figures()] + \
-        [float(peak), float(params_mine), float(before)] + losses + list(no_sync_times or [0.0] * args.steps)
+        [float(peak), float(params_mine), float(before)] + losses + \
+        list(no_sync_times or [0.0] * args.steps) + [float(x) for x in held]
     rows = comm.gather_figures(mine)
     per_step = 3 * len(OPS) + 1
     n, steps = comm.world_size, args.steps
@@ -289,7 +316,8 @@ def measure(run, name):
         at += 3
         losses_ = row[at:at + args.warmup + steps]
         at += args.warmup + steps
-        return step_times, counts, peak_, params_, losses_, row[at:at + steps], before_
+        return (step_times, counts, peak_, params_, losses_, row[at:at + steps], before_,
+                row[at + steps:at + 2 * steps])
 
     ranks = [unpack(row) for row in rows]
     step_times = [max(r[0][k] for r in ranks) for k in range(steps)]
@@ -318,6 +346,9 @@ def measure(run, name):
     # What each rank held before the strategy was built (libraries, earlier strategies' leftovers):
     # peak minus this is about what the strategy itself took.
     settings["memory_before_setup_bytes_per_rank"] = [int(r[6]) for r in ranks]
+    # After each measured step, the most a rank held (VmRSS or allocated): growth from step to
+    # step is the allocator's (see settle_malloc), not the strategy's.
+    settings["memory_after_step_bytes"] = [int(max(r[7][k] for r in ranks)) for k in range(steps)]
     if memory.source == "rss_high_water":
         settings["rss_high_water_reset"] = memory.reset_done
     return {
@@ -456,7 +487,8 @@ def run_all(args):
     run = Run(args, comm, config, getattr(torch, args.dtype), malloc=malloc)
     note(comm, f"strategies {', '.join(args.strategy)}: {config.params:,} parameters, "
                f"{args.steps} measured steps after {args.warmup} warmup, on {socket.gethostname()}"
-               f"; malloc mmap threshold: {malloc['bytes']} ({malloc['set_by']})")
+               "; glibc malloc: " + (f"mmap threshold {malloc['bytes']} B ({malloc['set_by']})"
+                                     if malloc["bytes"] is not None else malloc["set_by"]))
     if any(name.startswith("zero") for name in args.strategy):
         # Imported before any strategy runs, so that every strategy's resident memory counts
         # the same libraries.
@@ -499,4 +531,14 @@ def main(argv=None):
             time.sleep(1)
     finally:
         teardown()
-    sys.exit(status)
+    # Not sys.exit: gloo's worker thread destroys the last collective's Work (and drops its
+    # tensors, which needs the GIL) just after wait() returned; when the interpreter is already
+    # finalising by then, that thread is killed inside C++ and the rank aborts ("terminate
+    # called without an active exception", exit -6: one run in four here after a training
+    # loop). Everything is written and flushed; the process has nothing left to finalise.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)

@@ -189,7 +189,8 @@ class Zero(Strategy):
         return (total / len(self.batches)).item()
 
     def settings(self):
-        return {"deepspeed": self.ds_config, "deepspeed_version": sys.modules["deepspeed"].__version__}
+        return {"deepspeed": self.ds_config,
+                "deepspeed_version": sys.modules["deepspeed"].__version__}
 
     def close(self):
         with contextlib.suppress(Exception):
@@ -310,8 +311,8 @@ class PP(Strategy):
                 "stages": self.n, "stage_layers": [list(r) for r in ranges],
                 "first_stage": "token and position embeddings",
                 "last_stage": "final layernorm, head and loss",
-                "transfer": "torch.distributed.send / recv (blocking) of micro_batch x seq x hidden "
-                            "activations forward and their gradients backward"}
+                "transfer": "torch.distributed.send / recv (blocking) of micro_batch x seq x "
+                            "hidden activations forward and their gradients backward"}
 
     def close(self):
         del self.model, self.optimizer
