@@ -16,6 +16,7 @@ from .runs import ReportError
 PLAN_NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}
 ORDER = ("ddp", "zero1", "zero2", "zero3", "tp", "pp")
 OFF = 0.10  # a measured/estimated ratio beyond 1 +- this is called wrong
+TINY = 1024  # bytes per step below which an op is bookkeeping, not the strategy's traffic
 
 
 def load(path):
@@ -45,14 +46,13 @@ def workload(meta, records, gpu_mem_gb, **extra):
     bucket = ddp.get("bucket_cap_mb")
     if bucket:
         extra.setdefault("bucket_bytes", bucket * 2 ** 20)
-    zero3 = degrees.get("zero3", {}).get("config", {}).get("zero_optimization", {})
+    zero3 = _zero_config(degrees.get("zero3"))
     if "stage3_max_live_parameters" in zero3:
         extra.setdefault("stage3_max_live", float(zero3["stage3_max_live_parameters"]))
     if "stage3_prefetch_bucket_size" in zero3:
         extra.setdefault("prefetch_bytes",
                          float(zero3["stage3_prefetch_bucket_size"]) * model["element_size"])
-    zero12 = next((degrees[s].get("config", {}).get("zero_optimization", {})
-                   for s in ("zero1", "zero2") if s in degrees), {})
+    zero12 = next((_zero_config(degrees[s]) for s in ("zero1", "zero2") if s in degrees), {})
     if "reduce_bucket_size" in zero12:
         extra.setdefault("zero_bucket_elements", float(zero12["reduce_bucket_size"]))
     return strategy.Workload(
@@ -60,6 +60,12 @@ def workload(meta, records, gpu_mem_gb, **extra):
         layers=model["layers"], seq=model["seq"], micro_batch=model["micro_batch"],
         micro_batches=model["micro_batches"], element_size=model["element_size"],
         tp=degrees.get("tp", {}).get("tp", 0), pp=degrees.get("pp", {}).get("pp", 0), **extra)
+
+
+def _zero_config(record):
+    """The zero_optimization section of a ZeRO run's DeepSpeed config, or {}."""
+    config = (record or {}).get("config", {})
+    return config.get("deepspeed", config).get("zero_optimization", {})
 
 
 def _plan_name(record):
@@ -85,7 +91,9 @@ def analyse(meta, records, curves, w):
     rows = []
     for r in records:
         plan = plans.get(_plan_name(r))
-        measured_ops = {op: v for op, v in r["comm"].items() if op != "barrier" and v["bytes"]}
+        # bookkeeping messages (DeepSpeed's overflow flag, a few bytes) are not the strategy's
+        measured_ops = {op: v for op, v in r["comm"].items()
+                        if op != "barrier" and v["bytes"] >= TINY}
         measured_bytes = sum(v["bytes"] for v in measured_ops.values())
         measured_time = sum(v["time_s"] for v in measured_ops.values())
         estimated_ops = _by_op(plan.collectives) if plan else {}
@@ -93,6 +101,9 @@ def analyse(meta, records, curves, w):
         estimated_time = None if missing or plan is None else seconds
         step = r["step_time_s"]["median"]
         memory = max(r["peak_memory_bytes_per_rank"])
+        before = r.get("config", {}).get("memory_before_setup_bytes_per_rank")
+        grown = max(peak - start for peak, start in zip(r["peak_memory_bytes_per_rank"], before)) \
+            if before else None
         rows.append({
             "strategy": r["strategy"], "plan": _plan_name(r),
             "step_s": step, "step_spread_s": [r["step_time_s"]["min"], r["step_time_s"]["max"]],
@@ -100,6 +111,11 @@ def analyse(meta, records, curves, w):
             "compute_s": r["compute_s"], "exposed_comm_s": r["exposed_comm_s"],
             "exposed_method": r["exposed_method"],
             "memory_bytes": memory, "memory_per_rank": r["peak_memory_bytes_per_rank"],
+            "memory_above_start_bytes": grown,
+            # what strategies are compared on: the growth over the rank's start when known (the
+            # strategies run one after another in one process, each starting from what the
+            # earlier left and DeepSpeed's import), else the peak
+            "memory_compared_bytes": memory if grown is None else grown,
             "estimated_states_bytes": plan.memory if plan else None,
             "bytes": measured_bytes, "estimated_bytes": sum(estimated_ops.values()),
             "bytes_ratio": _ratio(measured_bytes, sum(estimated_ops.values())),
@@ -138,13 +154,16 @@ def _where_wrong(row):
     for op, estimated in row["estimated_only"].items():
         said.append(f"it expects {_mb(estimated)} of {op} per step, which the run never issued")
     if row["comm_ratio"] and abs(row["comm_ratio"] - 1) > 0.5:
+        if row["comm_ratio"] < 1:
+            why = "faster than alone: messages overlapping each other"
+        elif row["strategy"] == "pp":
+            why = ("a receive waits for the other stage to compute its micro-batch, the "
+                   "pipeline's bubble, which back-to-back messages of the curves never do")
+        else:
+            why = ("the curves were measured with nothing else running; in a step the "
+                   "collectives share the cores with compute and with each other")
         said.append(f"communication took {row['comm_ratio']:.2f}x the time the collective curves "
-                    "give for these messages" + (
-                        " (the curves were measured with nothing else running; in a step the "
-                        "collectives share the cores with compute and with each other)"
-                        if row["comm_ratio"] > 1 else
-                        " (faster than alone: messages smaller than the curves' smallest, or "
-                        "overlapping each other)"))
+                    f"give for these messages ({why})")
     return said
 
 
@@ -157,35 +176,42 @@ def _pct(ratio):
 
 
 def recommend(rows, base):
-    """From the measured figures: the fastest step, its gain and cost against DDP, and when
-    each leaner strategy is the choice."""
+    """From the measured figures: the highest throughput (tokens/s: a step of a data-parallel
+    strategy trains n times the samples of a step of TP or PP on the same ranks), its gain and
+    cost against DDP, and when each leaner strategy is the choice."""
     if not rows:
         return "Nothing was measured."
-    fastest = min(rows, key=lambda r: r["step_s"])
-    text = (f"{_plan_name_of(fastest)} has the fastest measured step ({fastest['step_s'] * 1e3:.1f} "
-            f"ms, {fastest['tokens_per_s']:.0f} tokens/s, {_mb(fastest['memory_bytes'])} peak "
-            "per rank)")
-    if base is not None and fastest is not base:
-        text += (f": {_pct(fastest['step_s'] / base['step_s'])} step time against DDP "
-                 f"({base['step_s'] * 1e3:.1f} ms), at {_pct(fastest['memory_bytes'] / base['memory_bytes'])} "
-                 f"memory and {_pct(fastest['bytes'] / base['bytes'])} traffic" if base["bytes"] else "")
-    leaner = sorted((r for r in rows if r["memory_bytes"] < fastest["memory_bytes"]),
-                    key=lambda r: -r["memory_bytes"])
-    for row in leaner:
-        text += (f"; {_plan_name_of(row)} only when memory must drop below "
-                 f"{_mb(fastest['memory_bytes'])} per rank: it measured {_mb(row['memory_bytes'])} "
-                 f"({_pct(row['memory_bytes'] / fastest['memory_bytes'])}) at "
-                 f"{_pct(row['step_s'] / fastest['step_s'])} step time")
+    best = max(rows, key=lambda r: r["tokens_per_s"])
+    text = (f"{best['plan']} trains fastest: {best['tokens_per_s']:.0f} tokens/s (a step of "
+            f"{best['step_s'] * 1e3:.1f} ms), {_mb(best['memory_compared_bytes'])} of memory per "
+            f"rank{_what(best)}")
+    if base is not None and best is not base and base["bytes"]:
+        text += (f"; against DDP {_pct(best['tokens_per_s'] / base['tokens_per_s'])} tokens/s, "
+                 f"{_pct(best['memory_compared_bytes'] / base['memory_compared_bytes'])} memory, "
+                 f"{_pct(best['bytes'] / base['bytes'])} traffic")
+    elif base is best:
+        text += "; the baseline is the choice"
+    # the trade-offs worth making: each strategy leaner than every faster one
+    floor = best
+    for row in sorted(rows, key=lambda r: -r["tokens_per_s"]):
+        if row["memory_compared_bytes"] >= floor["memory_compared_bytes"]:
+            continue
+        text += (f"; {row['plan']} when memory must drop below "
+                 f"{_mb(floor['memory_compared_bytes'])} per rank: it measured "
+                 f"{_mb(row['memory_compared_bytes'])} "
+                 f"({_pct(row['memory_compared_bytes'] / best['memory_compared_bytes'])}) at "
+                 f"{_pct(row['tokens_per_s'] / best['tokens_per_s'])} tokens/s")
+        floor = row
     exposed = max(rows, key=lambda r: r["exposed_comm_s"] / r["step_s"] if r["step_s"] else 0)
     if exposed["step_s"] and exposed["exposed_comm_s"] / exposed["step_s"] > 0.25:
-        text += (f"; {_plan_name_of(exposed)} spends {exposed['exposed_comm_s'] / exposed['step_s']:.0%} "
+        text += (f"; {exposed['plan']} spends {exposed['exposed_comm_s'] / exposed['step_s']:.0%} "
                  "of its step in exposed communication: a faster network or more overlap "
                  "helps it most")
     return text + "."
 
 
-def _plan_name_of(row):
-    return row["plan"]
+def _what(row):
+    return "" if row["memory_above_start_bytes"] is None else " above its start"
 
 
 def _cell(value, scale=1.0, digits=1):
@@ -207,8 +233,8 @@ def render(analysis, form):
              "### Measured against estimated", "",
              "| strategy | step time (ms) | est. | ratio | comm bytes per step (MiB) | est. | ratio "
              "| comm time per step (ms) | est. | ratio | exposed comm (ms) | peak memory per rank "
-             "(MiB) | est. model states (MiB) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "(MiB) | above start (MiB) | est. model states (MiB) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in analysis["rows"]:
         lines.append(
             f"| {row['plan']} | {_cell(row['step_s'], 1e3)} | {_cell(row['estimated_step_s'], 1e3)} "
@@ -217,22 +243,25 @@ def render(analysis, form):
             f"| {_cell(row['comm_s'], 1e3)} | {_cell(row['estimated_comm_s'], 1e3)}"
             f"{' (extrapolated)' if row['extrapolated'] else ''} | {_r(row['comm_ratio'])} "
             f"| {_cell(row['exposed_comm_s'], 1e3)} | {_cell(row['memory_bytes'], 2 ** -20, 0)} "
+            f"| {_cell(row['memory_above_start_bytes'], 2 ** -20, 0)} "
             f"| {_cell(row['estimated_states_bytes'], 2 ** -20, 1)} |")
     lines += ["", "Estimated step = the strategy's measured compute + the estimated communication, "
               "none of it hidden. Peak memory is each rank's high-water mark over the measured "
               "steps (resident memory on CPU: the process, activations and buffers as well as the "
-              "model states the estimate counts).", ""]
+              "model states the estimate counts); above start, that peak less what the rank held "
+              "before the strategy was set up (the largest over ranks).", ""]
     base = next((r for r in analysis["rows"] if r["strategy"] == analysis["baseline"]), None)
     if base:
         lines += ["### Against DDP (baseline)", "",
-                  "| strategy | step time | tokens/s | peak memory | traffic | exposed comm "
+                  "| strategy | step time | tokens/s | memory (above start) | traffic | exposed comm "
                   "| loss first -> last |", "|---|---|---|---|---|---|---|"]
         for row in analysis["rows"]:
             traffic = _pct(row["bytes"] / base["bytes"]) if base["bytes"] else "-"
             lines.append(
                 f"| {row['plan']} | {row['step_s'] * 1e3:.1f} ms ({_pct(row['step_s'] / base['step_s'])}) "
                 f"| {row['tokens_per_s']:.0f} ({_pct(row['tokens_per_s'] / base['tokens_per_s'])}) "
-                f"| {_mb(row['memory_bytes'])} ({_pct(row['memory_bytes'] / base['memory_bytes'])}) "
+                f"| {_mb(row['memory_compared_bytes'])} "
+                f"({_pct(row['memory_compared_bytes'] / base['memory_compared_bytes'])}) "
                 f"| {_mb(row['bytes'])} ({traffic}) | {row['exposed_comm_s'] * 1e3:.1f} ms "
                 f"| {row['loss'][0]:.3f} -> {row['loss'][1]:.3f} |")
         lines.append("")

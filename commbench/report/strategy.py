@@ -142,11 +142,13 @@ def _bucketed(op, total, bucket, n, moved_per_byte, size_of_message):
 def plans(w):
     """Model-state memory and the collectives of one step for each strategy.
 
-    ZeRO-1 and ZeRO-2 as DeepSpeed 0.19.8 runs them, measured (parallel_bench.py): the
-    gradients are all-reduced in reduce_bucket_size buckets (not reduce-scattered, as the ZeRO
-    paper has it), then each rank's updated partition is all-gathered; ZeRO-2's collectives
-    equal ZeRO-1's. ZeRO-3 all-gathers the parameters in forward, again in backward only
-    when the model exceeds stage3_max_live_parameters, and reduce-scatters the gradients."""
+    ZeRO-1 and ZeRO-2 as DeepSpeed 0.19.8 runs them, measured (parallel_bench.py,
+    tests/fixtures/strategies_2ranks.jsonl): the gradients are all-reduced in reduce_bucket_size
+    buckets (not reduce-scattered, as the ZeRO paper has it), then each rank's updated partition
+    is all-gathered; ZeRO-1 reduces once per step, ZeRO-2 in every micro-batch of the gradient
+    accumulation (it keeps only its partition of the gradients). ZeRO-3 all-gathers the
+    parameters in forward, again in backward only when the model exceeds
+    stage3_max_live_parameters, and reduce-scatters the gradients, in every micro-batch."""
     p, n = w.params, w.world_size
     gradients = w.element_size * p  # bytes, as are the weights
     # Model states per parameter: weights and gradients of the element size, and Adam's: with
@@ -159,20 +161,26 @@ def plans(w):
     whole = (lambda b: b)
     per_rank = (lambda b: b / n)  # all_gather's Size is the input of one rank
     zero_bucket = w.zero_bucket_elements * w.element_size
-    deepspeed_zero = (_bucketed("all_reduce", gradients, zero_bucket, n, 2 * ring, whole)
-                      + _bucketed("all_gather", gradients, zero_bucket, n, ring, per_rank))
+    m = w.micro_batches  # gradient accumulation steps
+    gathered = _bucketed("all_gather", gradients, zero_bucket, n, ring, per_rank)
     gathers = 2 if w.regathers else 1
     result = [
         Plan("DDP", states * p, _bucketed("all_reduce", gradients, w.bucket_bytes, n, 2 * ring, whole)),
-        Plan("ZeRO-1", (weight + grad) * p + k * p / n, list(deepspeed_zero),
-             note="DeepSpeed: all_reduce of the gradients, all_gather of the updated parameters"),
-        Plan("ZeRO-2", weight * p + (grad + k) * p / n, list(deepspeed_zero),
-             note="DeepSpeed: as ZeRO-1"),
+        Plan("ZeRO-1", (weight + grad) * p + k * p / n,
+             _bucketed("all_reduce", gradients, zero_bucket, n, 2 * ring, whole) + gathered,
+             note="DeepSpeed: all_reduce of the gradients once per step, all_gather of the "
+                  "updated parameters"),
+        # ZeRO-2 and ZeRO-3 keep only their gradient partition: they reduce every micro-batch
+        Plan("ZeRO-2", weight * p + (grad + k) * p / n,
+             _bucketed("all_reduce", m * gradients, zero_bucket, n, 2 * ring, whole) + gathered,
+             note=f"DeepSpeed: all_reduce of the gradients in each of {m} micro-batch(es), "
+                  "all_gather of the updated parameters"),
         Plan("ZeRO-3", states * p / n,
-             _bucketed("all_gather", gathers * gradients, w.prefetch_bytes, n, ring, per_rank)
-             + _bucketed("reduce_scatter", gradients, w.prefetch_bytes, n, ring, whole),
+             _bucketed("all_gather", m * gathers * gradients, w.prefetch_bytes, n, ring, per_rank)
+             + _bucketed("reduce_scatter", m * gradients, w.prefetch_bytes, n, ring, whole),
              note="parameters gathered in forward" + (" and again in backward" if w.regathers
-                                                      else " only (kept for backward)")),
+                                                      else " only (kept for backward)")
+                  + f", gradients reduce-scattered, in each of {m} micro-batch(es)"),
     ]
     if w.tp:
         if not w.activation_bytes or not w.layers:
