@@ -30,14 +30,14 @@ bench: venv
 
 # The six parallel strategies measured on $(NPROC) local CPU ranks (parallel_bench.py), held
 # against the estimate from the collective curves of the same ranks: results/strategies.md
-# (printed) and results/strategies.png. glibc's allocator keeps freed arenas unless large
-# blocks are mapped: without the threshold ZeRO-3's resident memory grows every step.
+# (printed) and results/strategies.png. STRATEGY_ARGS: parallel_bench.py's flags (model size,
+# steps, --dtype bfloat16, ...).
 STRATEGY_ARGS ?=
 strategies: venv
 	mkdir -p results
 	$(BIN)/torchrun --nproc_per_node $(NPROC) run_all.py --dist torch --scan --maxsize 22 --all-reduce --all-gather --reduce-scatter --pt2pt --output results/strategy-curves.jsonl --overwrite
 	rm -f results/strategies.jsonl
-	MALLOC_MMAP_THRESHOLD_=65536 $(BIN)/torchrun --nproc_per_node $(NPROC) parallel_bench.py --strategy all $(STRATEGY_ARGS) --output results/strategies.jsonl
+	$(BIN)/torchrun --nproc_per_node $(NPROC) parallel_bench.py --strategy all $(STRATEGY_ARGS) --output results/strategies.jsonl
 	$(BIN)/python report.py strategy results/strategy-curves.jsonl --measured results/strategies.jsonl --plot results/strategies.png > results/strategies.md
 	cat results/strategies.md
 
