@@ -242,3 +242,19 @@ def test_shapes_the_world_cannot_take(args, text):
     found = errors(stderr)
     assert len(found) == 1 and text in found[0], stderr
     assert "Traceback" not in stderr and stdout == ""
+
+
+def test_the_saved_fixture_is_a_run_of_every_strategy():
+    """tests/fixtures/strategies_2ranks.jsonl (the report's input): the default model at 2 ranks,
+    every strategy, in the format above, with the analytic volumes."""
+    from pathlib import Path
+    meta, records = read_records(Path(ROOT) / "tests" / "fixtures" / "strategies_2ranks.jsonl")
+    default = dict(hidden=256, layers=4, heads=4, vocab=1024, seq=64, micro_batch=8,
+                   micro_batches=4)
+    assert meta["model"] == dict(default, params=params(default), dtype="float32",
+                                 element_size=4)
+    assert list(records) == ORDER and meta["world_size"] == 2
+    check_volumes(records, default, 2, 4)
+    for record in records.values():
+        assert record["steps"] == meta["steps"] == len(record["step_times_s"])
+        assert record["loss"][-1] < record["loss"][0]
