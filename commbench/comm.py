@@ -458,6 +458,11 @@ def init_comm(local_rank, args):
                    f"{len(set(hostnames))} host(s), launcher environment: {launch.launcher}" +
                    (f"; each rank pinned to one CPU (rank 0: CPU {pinned})" if pinned is not None
                     else "") + (f"; {ccl_text(ccl)}" if ccl is not None else ""))
+        cpus = os.cpu_count() or 1
+        if ccl is not None and local_world_size > cpus:
+            note(comm, f"WARNING: {local_world_size} ranks on a host of {cpus} CPUs: oneCCL's "
+                       "ranks poll for each other, so a small message takes as long as the "
+                       "scheduler takes to give every rank a CPU (milliseconds)")
     if getattr(args, "groups", None):
         comm.layouts = _make_layouts(comm, args.groups, dist_module, gather, scatter, one_tensor)
     return comm

@@ -97,6 +97,9 @@ def test_six_ops_on_oneccl(ccl, tmp_path, launcher, dist, nproc):
         assert table.rows and all(row.extra == ["0"] for row in table.rows), result
     assert f"backend ccl, device cpu, {nproc} ranks on 1 host(s)" in result.stderr
     assert SUITE_DEFAULTS in result.stderr
+    # More ranks than CPUs: oneCCL's ranks poll, and the suite says what that does to the figures.
+    crowded = f"WARNING: {nproc} ranks on a host of {os.cpu_count()} CPUs: oneCCL's ranks poll"
+    assert (crowded in result.stderr) == (nproc > os.cpu_count()), result
     assert_quiet_oneccl(result)
     meta, records = read_results(output)
     assert meta["backend"] == "ccl" and meta["dist"] == dist
