@@ -178,6 +178,18 @@ def _us(seconds):
     return f"{seconds * 1e6:.3f}"
 
 
+def _table(title, heads, table, form):
+    """One op's table: a markdown section, or right-aligned text columns under `---- title`;
+    preceded by an empty line."""
+    if form == "markdown":
+        return (["", f"### {title}", "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+                + ["| " + " | ".join(row) + " |" for row in table] + [""])
+    widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h)
+              for i, h in enumerate(heads)]
+    return (["", f"---- {title}", "  ".join(h.rjust(w) for h, w in zip(heads, widths))]
+            + ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in table])
+
+
 def render(report, form):
     if form == "json":
         return json.dumps(report, indent=1)
@@ -201,19 +213,7 @@ def render(report, form):
                        if "ratio_ci" in r else "-")
         return row
     for op in report["ops"]:
-        table = [cells(r) for r in op["rows"]]
-        lines.append("")
-        if form == "markdown":
-            lines += [f"### {op['op']}", "", "| " + " | ".join(heads) + " |",
-                      "|" + "---|" * len(heads)]
-            lines += ["| " + " | ".join(row) + " |" for row in table]
-            lines.append("")
-        else:
-            lines.append(f"---- {op['op']}")
-            widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h)
-                      for i, h in enumerate(heads)]
-            lines.append("  ".join(h.rjust(w) for h, w in zip(heads, widths)))
-            lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in table]
+        lines += _table(op["op"], heads, [cells(r) for r in op["rows"]], form)
         means = [f"geometric mean B/A: small (< 64 KiB) "
                  f"{op['small_ratio']:.3f}" if op["small_ratio"] else "small: -",
                  f"large (>= 1 MiB) {op['large_ratio']:.3f}" if op["large_ratio"] else "large: -"]
@@ -302,16 +302,6 @@ def render_layouts(report, form):
                  [_us(r[k]["duration"]) if r[k] else "-" for k in shown] +
                  [f"{r[k]['busbw'] / 1e9:.3f}" if r[k] else "-" for k in shown]
                  for r in op["rows"]]
-        lines.append("")
-        if form == "markdown":
-            lines += [f"### {op['op']}", "", "| " + " | ".join(heads) + " |",
-                      "|" + "---|" * len(heads)]
-            lines += ["| " + " | ".join(row) + " |" for row in table]
-            lines.append("")
-        else:
-            lines.append(f"---- {op['op']}")
-            widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(heads)]
-            lines.append("  ".join(h.rjust(w) for h, w in zip(heads, widths)))
-            lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in table]
+        lines += _table(op["op"], heads, table, form)
         lines.append(op["verdict"])
     return "\n".join(lines)
