@@ -380,6 +380,12 @@ def init_comm(local_rank, args):
         ds, ds_dist, ds_accelerator = _import_deepspeed(args.device)
     device_type, backend = resolve_device_and_backend(args, ds_accelerator)
     check_dtype_for_backend(args, backend)
+    if backend == "ccl" and getattr(args, "op", "sum") == "avg":
+        # The bindings map sum, product, min and max to oneCCL's reductions; AVG fails inside
+        # the op with an exception of the map's, not a message.
+        raise UsageError("--op avg: the ccl backend has no average (oneCCL's torch bindings "
+                         "reduce with sum, prod, min and max); use one of those, or --backend "
+                         "gloo")
 
     starting = not torch.distributed.is_initialized()
     ccl = ccl_environment(args.dist) if backend == "ccl" else None

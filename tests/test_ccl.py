@@ -178,6 +178,16 @@ def test_oneccl_refusing_a_setting_is_one_line(ccl):
     assert "CCL_ATL_TRANSPORT" in result.stderr and result.tables == []
 
 
+def test_no_average_on_oneccl(ccl):
+    result = start("all_reduce.py", "--device=cpu", "--backend=ccl", "--dist=torch", "--op=avg",
+                   "--scan", "--maxsize=3", nproc=1)
+    assert result.returncode == 2, result
+    ours = [line for line in result.stderr.splitlines() if line.startswith("commbench: error:")]
+    assert ours == ["commbench: error: --op avg: the ccl backend has no average (oneCCL's torch "
+                    "bindings reduce with sum, prod, min and max); use one of those, or "
+                    "--backend gloo"], result
+
+
 # ------------------------------------------------------------------ DeepSpeed's oneCCL op
 
 def test_deepspeed_told_where_oneccl_is_not(ccl, tmp_path):
