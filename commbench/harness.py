@@ -392,14 +392,23 @@ def run_op(collective, local_rank, args, comm=None):
 def cli(run, argv=None):
     """Parse the command line, call `run(local_rank, args)`, and turn expected failures into one
     line on stderr (from rank 0 when every rank fails alike) and an exit status."""
-    status = 0
-    guard_stop_signals()
-    try:
+    def body():
         try:
             args = benchmark_parser().parse_args(argv)
         except OSError as error:  # --help into a closed pipe or onto a full disk
             raise output_failure(error, sys.stdout, "the help") from None
         run(args.local_rank, args)
+    sys.exit(guarded(body))
+
+
+def guarded(body):
+    """Call body() (parse the flags and run) and return the exit status: expected failures are
+    one line on stderr (from rank 0 when every rank fails alike), a lost peer too, a closed
+    reader none; the process group is torn down whatever happens."""
+    status = 0
+    guard_stop_signals()
+    try:
+        body()
     except RuntimeError as error:
         if not peer_failure(error):
             raise  # unexpected: keep the traceback
@@ -421,4 +430,4 @@ def cli(run, argv=None):
             time.sleep(1)
     finally:
         teardown()
-    sys.exit(status)
+    return status

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 import torch
 import torch.distributed
 
-from ..comm import init_comm, teardown
-from ..errors import PROG, BenchmarkError, OutputClosed, UsageError
-from ..guard import agree_to_go_on, guard_stop_signals, peer_failure, rank_for_messages, say
+from ..comm import init_comm
+from ..errors import BenchmarkError, UsageError
+from ..guard import agree_to_go_on
+from ..harness import guarded
 from ..memory import _read_field
 from ..table import convert_size, note, print_rank_0
 from .accounting import OPS, Recorder
@@ -509,28 +510,7 @@ def run_all(args):
 
 def main(argv=None):
     """The entry point: expected failures are one line on stderr and a non-zero exit."""
-    status = 0
-    guard_stop_signals()
-    try:
-        run_all(parser().parse_args(argv))
-    except RuntimeError as error:
-        if not peer_failure(error):
-            raise
-        status = 1
-        first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
-        say(f"{PROG}: error: rank {rank_for_messages(True)}: lost its peers: {first}")
-    except OutputClosed:
-        status = 0
-    except BenchmarkError as error:
-        status = error.exit_code
-        if error.reported:
-            pass
-        elif error.rank_local or rank_for_messages() == 0:
-            say(f"{PROG}: error: {error}")
-        else:
-            time.sleep(1)
-    finally:
-        teardown()
+    status = guarded(lambda: run_all(parser().parse_args(argv)))
     # Not sys.exit: gloo's worker thread destroys the last collective's Work (and drops its
     # tensors, which needs the GIL) just after wait() returned; when the interpreter is already
     # finalising by then, that thread is killed inside C++ and the rank aborts ("terminate
