@@ -97,6 +97,31 @@ def ccl_environment(layer):
     return _ccl_settings
 
 
+@contextlib.contextmanager
+def _c_stdout_on_stderr(active=True):
+    """While oneCCL starts, the C library's stdout is stderr: oneCCL writes its log there (at
+    CCL_LOG_LEVEL=error still the line saying the level was changed), and stdout is the
+    table's."""
+    saved = None
+    if active:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        try:
+            sys.stdout.flush()
+            libc.fflush(None)
+            saved = os.dup(1)
+            os.dup2(2, 1)
+        except (OSError, ValueError):  # no stdout or stderr to redirect: nothing to keep apart
+            saved = None
+    try:
+        yield
+    finally:
+        if saved is not None:
+            libc.fflush(None)  # what oneCCL buffered goes where it was written: to stderr
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
 def _ccl_versions():
     from importlib import metadata
     found = {}
@@ -404,15 +429,17 @@ def init_comm(local_rank, args):
                                         f"ranks at {where} within {args.timeout:g} s; did every "
                                         "rank start, and do MASTER_ADDR and MASTER_PORT point to "
                                         "rank 0?"):
-                if ds is not None:
-                    with contextlib.redirect_stdout(sys.stderr):
-                        ds.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
-                                            distributed_port=port, verbose=False, timeout=timeout)
-                else:
-                    torch.distributed.init_process_group(
-                        backend=backend, init_method="env://", rank=launch.rank,
-                        world_size=launch.world_size, timeout=timeout,
-                        device_id=device if device.type != "cpu" else None)
+                with _c_stdout_on_stderr(backend == "ccl"):
+                    if ds is not None:
+                        with contextlib.redirect_stdout(sys.stderr):
+                            ds.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
+                                                distributed_port=port, verbose=False,
+                                                timeout=timeout)
+                    else:
+                        torch.distributed.init_process_group(
+                            backend=backend, init_method="env://", rank=launch.rank,
+                            world_size=launch.world_size, timeout=timeout,
+                            device_id=device if device.type != "cpu" else None)
         except Exception as error:  # noqa: BLE001  (third-party start-up: any failure is one line)
             raise _init_error(error, port, launch.rank) from None
     else:
@@ -422,7 +449,9 @@ def init_comm(local_rank, args):
     with deadline(args.timeout, f"rank {rank}: the ranks did not all answer within "
                                 f"{args.timeout:g} s after start-up; a peer rank died or is stuck"):
         try:
-            peers = _exchange((socket.gethostname(), argument_digest(args)), world_size, device)
+            with _c_stdout_on_stderr(backend == "ccl" and starting):
+                peers = _exchange((socket.gethostname(), argument_digest(args)), world_size,
+                                  device)
         except RuntimeError as error:
             # oneCCL starts at the first collective: a setting it refuses (a CCL_* variable) or a
             # transport it cannot open fails there, with oneCCL's own words.
