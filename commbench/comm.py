@@ -107,10 +107,16 @@ def _c_stdout_on_stderr(active=True):
         import ctypes
         libc = ctypes.CDLL(None)
         try:
-            sys.stdout.flush()
+            if sys.stdout is not None:
+                sys.stdout.flush()
             libc.fflush(None)
-            saved = os.dup(1)
-            os.dup2(2, 1)
+            kept = os.dup(1)
+            try:
+                os.dup2(2, 1)
+            except OSError:
+                os.close(kept)
+                raise
+            saved = kept
         except (OSError, ValueError):  # no stdout or stderr to redirect: nothing to keep apart
             saved = None
     try:
