@@ -411,6 +411,12 @@ def init_comm(local_rank, args):
         ds, ds_dist, ds_accelerator = _import_deepspeed(args.device)
     device_type, backend = resolve_device_and_backend(args, ds_accelerator)
     check_dtype_for_backend(args, backend)
+    if ds_accelerator is not None and backend != ds_accelerator.communication_backend_name() \
+            and hasattr(ds_accelerator, "_communication_backend_name"):
+        # DeepSpeed 0.19's init_distributed starts its accelerator's backend whatever its
+        # dist_backend says (on CPU: ccl once oneCCL's bindings import, its oneCCL op and all):
+        # the accelerator is told the backend asked for.
+        ds_accelerator._communication_backend_name = backend
     if backend == "ccl" and getattr(args, "op", "sum") == "avg":
         # The bindings map sum, product, min and max to oneCCL's reductions; AVG fails inside
         # the op with an exception of the map's, not a message.

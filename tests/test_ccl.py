@@ -162,6 +162,19 @@ def test_a_users_own_oneccl_settings_win(ccl, tmp_path):
     assert meta["ccl"]["oneccl_defaults"] == ["CCL_WORKER_COUNT"]
 
 
+@pytest.mark.parametrize("launcher", ["deepspeed", "mpirun"])
+def test_deepspeed_layer_measures_gloo_when_asked(ccl, launcher):
+    """DeepSpeed starts its accelerator's backend (ccl, once the bindings import) whatever it is
+    asked; --backend gloo is gloo all the same, and needs nothing of oneCCL."""
+    result = start("run_all.py", "--device=cpu", "--backend=gloo", "--dist=deepspeed", "--scan",
+                   "--maxsize=4", "--trials=2", "--check", "--all-reduce", "--pt2pt",
+                   launcher=launcher)
+    assert result.returncode == 0, result
+    assert "deepspeed (deepspeed.comm), backend gloo, device cpu, 2 ranks" in result.stderr
+    assert "oneCCL" not in result.stderr and "ccl_comm_op" not in result.stderr, result
+    assert all(row.extra == ["0"] for table in result.tables for row in table.rows)
+
+
 def test_other_backends_record_no_oneccl_settings(tmp_path):
     output = tmp_path / "r.jsonl"
     result = start("all_reduce.py", "--device=cpu", "--backend=gloo", "--dist=torch", "--scan",
