@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -133,6 +134,38 @@ def test_pt2pt_alone_sends_and_exits_cleanly(ccl, nproc, async_op):
                        "--maxsize=8", "--trials=5", "--check", *async_op, nproc=nproc)
         assert result.returncode == 0, result
         assert [row.extra for row in result.table("pt2pt").rows] == [["0"]] * 7
+
+
+def test_a_killed_rank_leaves_none_hanging(ccl, tmp_path):
+    """oneCCL does not notice a peer that died (gloo does at once): rank 0 waits for it until
+    --timeout, then ends with one line naming the op and size, and exit status 1."""
+    output, port = tmp_path / "r.jsonl", free_port()
+    procs = []
+    for rank in range(2):
+        env = base_env(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen(
+            [sys.executable, "all_gather.py", "--device=cpu", "--backend=ccl", "--dist=torch",
+             "--scan", "--maxsize=26", "--trials=50", "--timeout=15", f"--output={output}"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        started = time.monotonic()
+        while time.monotonic() - started < 120 and (
+                not output.exists() or len(output.read_text().splitlines()) < 4):
+            time.sleep(0.2)
+        procs[1].kill()
+        killed = time.monotonic()
+        _, stderr = procs[0].communicate(timeout=15 + 30)
+        elapsed = time.monotonic() - killed
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    assert procs[0].returncode == 1, stderr
+    assert elapsed < 15 + 15, elapsed
+    ours = [line for line in stderr.splitlines() if line.startswith("commbench: error:")]
+    assert len(ours) == 1 and ours[0].startswith("commbench: error: rank 0: all_gather at "), stderr
+    assert "did not finish within 15 s" in ours[0] and "Traceback" not in stderr, stderr
 
 
 # ------------------------------------------------------------------ detection and settings
