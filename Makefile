@@ -13,7 +13,7 @@ BENCH_ARGS ?= --scan --device cpu
 export TORCH_EXTENSIONS_DIR := $(abspath $(VENV))/torch_extensions
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: bench strategies test venv clean
+.PHONY: bench strategies ccl test venv clean
 
 venv: $(VENV)/.installed
 
@@ -40,6 +40,11 @@ strategies: venv
 	$(BIN)/torchrun --nproc_per_node $(NPROC) parallel_bench.py --strategy all $(STRATEGY_ARGS) --output results/strategies.jsonl
 	$(BIN)/python report.py strategy results/strategy-curves.jsonl --measured results/strategies.jsonl --plot results/strategies.png > results/strategies.md
 	cat results/strategies.md
+
+# oneCCL and its torch bindings (built from ../shared/vendor, or TORCH_CCL_SRC) in the venv,
+# once (docs/ccl.md). Once they import, the suite's CPU backend is ccl, as DeepSpeed's is.
+ccl: venv
+	scripts/install-ccl.sh $(VENV)
 
 # Open MPI and a one-node Slurm cluster for the launcher tests (root only; skipped otherwise).
 test: venv
