@@ -95,7 +95,8 @@ def test_layouts_across_two_hosts(hosts, tmp_path, dist):  # noqa: F811
     rows = {line.split(" | ")[0].strip("| "): line for line in plan.stdout.splitlines()
             if line.startswith("| ")}
     assert "x all_reduce inter of" in rows["DDP"] and "x all_reduce intra of" in rows["TP=2"]
-    assert "x reduce_scatter inter of" in rows["ZeRO-1"]
+    assert "x all_gather inter of" in rows["ZeRO-1"]
+    assert "x reduce_scatter inter of" in rows["ZeRO-3"]
     assert "on 4 ranks" in plan.stdout  # the world's size, not a group's
 
 
