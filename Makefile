@@ -23,7 +23,7 @@ $(VENV)/.installed: requirements.txt constraints.txt
 	touch $@
 
 # The table on stdout, the results in results/bench.jsonl and their curves in results/curves.png.
-bench: venv
+bench: venv ccl
 	mkdir -p results
 	$(BIN)/deepspeed --num_gpus $(NPROC) run_all.py $(BENCH_ARGS) --output results/bench.jsonl --overwrite
 	$(BIN)/python report.py plot results/bench.jsonl -o results/curves.png
@@ -47,7 +47,7 @@ ccl: venv
 	scripts/install-ccl.sh $(VENV)
 
 # Open MPI and a one-node Slurm cluster for the launcher tests (root only; skipped otherwise).
-test: venv
+test: venv ccl
 	@scripts/test-services.sh up
 	$(BIN)/python -m pytest $(PYTEST_ARGS); status=$$?; scripts/test-services.sh down; exit $$status
 

@@ -16,6 +16,10 @@ PAYLOAD_DTYPES = frozenset(d for d in (getattr(torch, n, None) for n in _DTYPE_N
 # What gloo moves (torch 2.13's ProcessGroupGloo): the others fail inside the op.
 GLOO_DTYPES = frozenset((torch.float32, torch.float64, torch.float16, torch.bfloat16,
                          torch.int8, torch.uint8, torch.int32, torch.int64))
+# What oneCCL's torch bindings move (their cclDatatypes): the others fail inside the op.
+CCL_DTYPES = GLOO_DTYPES | {torch.int16}
+# The CPU backends whose dtypes are known; any other backend is left to say for itself.
+BACKEND_DTYPES = {"gloo": GLOO_DTYPES, "ccl": CCL_DTYPES}
 
 
 def get_dtype(name):
@@ -60,7 +64,7 @@ def dtypes_for(args, backend):
     names = dtype_list(args.dtype)
     if names is None:
         names = [name for name in ALL_DTYPES
-                 if backend != "gloo" or get_dtype(name) in GLOO_DTYPES]
+                 if get_dtype(name) in BACKEND_DTYPES.get(backend, PAYLOAD_DTYPES)]
         if getattr(args, "op", "sum") == "avg":
             names = [name for name in names if get_dtype(name).is_floating_point]
     return names
@@ -68,8 +72,9 @@ def dtypes_for(args, backend):
 
 def check_dtype_for_backend(args, backend):
     """Refuse, before any rank connects, a dtype the backend cannot move."""
+    moved = BACKEND_DTYPES.get(backend, PAYLOAD_DTYPES)
     for name in dtypes_for(args, backend):
-        if backend == "gloo" and get_dtype(name) not in GLOO_DTYPES:
-            names = ", ".join(sorted(str(d).replace("torch.", "") for d in GLOO_DTYPES))
-            raise UsageError(f"--dtype {name}: the gloo backend cannot move it; use one of "
+        if get_dtype(name) not in moved:
+            names = ", ".join(sorted(str(d).replace("torch.", "") for d in moved))
+            raise UsageError(f"--dtype {name}: the {backend} backend cannot move it; use one of "
                              f"{names}")

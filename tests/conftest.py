@@ -179,19 +179,38 @@ def require_launcher(launcher):
         pytest.skip(why)
 
 
-def launch(script, *args, nproc=1, launcher=None, env=None, timeout=240, preexec_fn=None):
+# The suite's own scripts (the op scripts and run_all.py, or copies of them), which take --backend.
+SUITE_SCRIPTS = {"run_all.py"} | {f"{op}.py" for op in ("all_reduce", "all_gather", "all_to_all",
+                                                        "reduce_scatter", "pt2pt", "broadcast",
+                                                        "reduce", "gather", "scatter", "barrier")}
+
+
+def gloo(script, args, backend="gloo"):
+    """`args` for `script`, with --backend=gloo added when they name no backend and the script
+    is one of the suite's: with oneCCL's bindings in the venv (make ccl) the suite detects ccl
+    on CPU, and the tests written for gloo mean gloo (test_ccl.py runs ccl, and detection)."""
+    args = [str(a) for a in args]
+    if backend and Path(script).name in SUITE_SCRIPTS and "--help" not in args and \
+            not any(a == "--backend" or a.startswith("--backend=") for a in args):
+        args.append(f"--backend={backend}")
+    return args
+
+
+def launch(script, *args, nproc=1, launcher=None, env=None, timeout=240, preexec_fn=None,
+           backend="gloo"):
     """Run `script` (a file at the repository root) on `nproc` local ranks and parse its output.
 
     launcher: python (one rank), torchrun, deepspeed, mpirun (MPICH), openmpi or srun;
     default python for one rank, torchrun otherwise. preexec_fn runs in the launcher's process
-    before it starts (to enter a memory cgroup, say).
+    before it starts (to enter a memory cgroup, say). backend: the --backend the suite's scripts
+    get when args name none (gloo()); None leaves it to the suite's detection.
     """
     launcher = launcher or ("python" if nproc == 1 else "torchrun")
     require_launcher(launcher)
     port = free_port()
     environment = base_env(**{"MASTER_PORT": str(port), **(env or {})})
     cmd = launcher_command(launcher, nproc, port, environment["PATH"]) + [script] + \
-        [str(a) for a in args]
+        gloo(script, args, backend)
     proc = subprocess.run(cmd, cwd=ROOT, env=environment, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL, preexec_fn=preexec_fn)
     return Run(cmd, proc.returncode, proc.stdout, proc.stderr, parse_tables(proc.stdout))

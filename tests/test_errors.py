@@ -44,11 +44,6 @@ def test_cuda_device_without_cuda(run):
     assert_one_error_line(result, 1, "no cuda device")
 
 
-def test_ccl_without_bindings(run):
-    result = run("all_reduce.py", "--backend=ccl", "--dist=torch")
-    assert_one_error_line(result, 1, "oneccl_bindings_for_pytorch")
-
-
 def test_mpi_backend_without_mpi_torch(run):
     result = run("all_reduce.py", "--backend=mpi", "--dist=torch")
     assert_one_error_line(result, 1, "built without MPI")

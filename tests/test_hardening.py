@@ -23,7 +23,7 @@ def test_killed_rank_ends_the_job(tmp_path, launcher, dist):
     env = base_env(MASTER_PORT=str(port))
     cmd = launcher_command(launcher, 2, port, env["PATH"]) + [
         "all_gather.py", "--scan", "--maxsize=24", "--trials=20", f"--dist={dist}",
-        "--timeout=30", f"--output={path}"]
+        "--timeout=30", f"--output={path}", "--backend=gloo"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -87,7 +87,8 @@ def _hand_launch(args_by_rank):
     for rank, args in enumerate(args_by_rank):
         env = base_env(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(len(args_by_rank)),
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([sys.executable, "all_reduce.py", *args], cwd=ROOT, env=env,
+        procs.append(subprocess.Popen([sys.executable, "all_reduce.py", "--backend=gloo", *args],
+                                      cwd=ROOT, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     return [(p.wait(timeout=60), *p.communicate()) for p in procs]
 
@@ -111,8 +112,8 @@ def test_mismatched_arguments_under_mpirun(run):
     env = base_env(MASTER_PORT=str(port))
     mpirun = launcher_command("mpirun", 1, port, env["PATH"])[0]
     cmd = [mpirun, "-np", "1", sys.executable, "all_reduce.py", "--scan", "--dist=torch",
-           "--maxsize=5", ":", "-np", "1", sys.executable, "all_reduce.py", "--scan",
-           "--dist=torch", "--maxsize=6"]
+           "--maxsize=5", "--backend=gloo", ":", "-np", "1", sys.executable, "all_reduce.py",
+           "--scan", "--dist=torch", "--maxsize=6", "--backend=gloo"]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("ranks were started with different arguments") == 1
@@ -151,7 +152,7 @@ def test_interrupt_mid_scan(tmp_path, launcher, how):
     nproc = 1 if launcher == "python" else 2
     cmd = launcher_command(launcher, nproc, port, env["PATH"]) + [
         "all_gather.py", "--scan", "--maxsize=24", "--trials=20", "--dist=torch",
-        f"--output={path}"]
+        f"--output={path}", "--backend=gloo"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     number = signal.SIGTERM if "SIGTERM" in how else signal.SIGINT

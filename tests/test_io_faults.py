@@ -26,7 +26,8 @@ def start(launcher, nproc, args, stdout):
     require_launcher(launcher)
     port = free_port()
     env = base_env(MASTER_PORT=str(port))
-    cmd = launcher_command(launcher, nproc, port, env["PATH"]) + ["run_all.py", *args]
+    cmd = launcher_command(launcher, nproc, port, env["PATH"]) + ["run_all.py", "--backend=gloo",
+                                                                  *args]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=stdout, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, text=True)
 

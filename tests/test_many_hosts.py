@@ -22,7 +22,7 @@ def across(name, subnet, count, nproc, *args, timeout=240):
         cmd = [str(SCRIPT), "run", name, str(node + 1), "env", f"PATH={env['PATH']}",
                str(BIN / "torchrun"), f"--nnodes={count}", f"--node-rank={node}",
                f"--nproc-per-node={nproc}", f"--master-addr={subnet}.1",
-               f"--master-port={port}", "run_all.py", *args]
+               f"--master-port={port}", "run_all.py", "--backend=gloo", *args]
         procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True,
                                       stdin=subprocess.DEVNULL))

@@ -46,7 +46,8 @@ def in_host_1(name, command, env, timeout=300):
 def mpich_command(name, *args):
     # hydra hands the ranks mpiexec's environment and working folder itself
     return [BIN / "mpiexec", "-launcher", "ssh", "-launcher-exec", SSH,
-            "-hosts", f"{name}1,{name}2", "-ppn", "2", sys.executable, "run_all.py", *args]
+            "-hosts", f"{name}1,{name}2", "-ppn", "2", sys.executable, "run_all.py",
+            "--backend=gloo", *args]
 
 
 def openmpi_command(name, env, *args, exports=()):
@@ -57,7 +58,7 @@ def openmpi_command(name, env, *args, exports=()):
                                       "PYTHONUNBUFFERED", *exports) for part in ("-x", variable)]
     return [OPEN_MPI, "--allow-run-as-root", "--bind-to", "none",
             "--mca", "plm_rsh_agent", SSH, "--host", f"{name}1:2,{name}2:2", *exported,
-            "env", f"PATH={env['PATH']}", sys.executable, "run_all.py", *args]
+            "env", f"PATH={env['PATH']}", sys.executable, "run_all.py", "--backend=gloo", *args]
 
 
 def check_run(proc, name, subnet, output, launcher, stdout=None):
@@ -146,7 +147,8 @@ def test_deepspeed_hostfile_over_pdsh(hosts, tmp_path, dist):
                         "OMP_NUM_THREADS=1\n")
     env.update(PATH=f"{tools}{os.pathsep}{env['PATH']}", DS_ENV_FILE=str(env_file))
     proc = in_host_1(name, [BIN / "deepspeed", "--hostfile", hostfile, "run_all.py",
-                            f"--dist={dist}", *SMALL, f"--output={output}"], env)
+                            f"--dist={dist}", "--backend=gloo", *SMALL, f"--output={output}"],
+                     env)
     # pdsh puts the host's name before each line a host writes; rank 0's are host 1's
     prefix = f"{name}1: "
     stdout = "\n".join(line[len(prefix):] for line in proc.stdout.splitlines()

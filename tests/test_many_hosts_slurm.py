@@ -70,7 +70,8 @@ def test_srun_across_two_hosts(cluster, tmp_path, dist):
     name, subnet, conf = cluster
     output = tmp_path / "slurm.jsonl"
     result = in_host(name, conf, "srun", "-N", "2", "--ntasks-per-node=2", "--overcommit",
-                     sys.executable, "run_all.py", f"--dist={dist}", "--scan", "--maxsize=5",
+                     sys.executable, "run_all.py", f"--dist={dist}", "--backend=gloo",
+                     "--scan", "--maxsize=5",
                      "--trials=2", "--check", f"--output={output}")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "4 ranks on 2 host(s), launcher environment: Slurm" in result.stderr, result.stderr

@@ -77,7 +77,8 @@ def test_out_of_memory_ends_the_op_cleanly():
     def cap():
         resource.setrlimit(resource.RLIMIT_AS, (2_500_000_000, 2_500_000_000))
 
-    proc = subprocess.run([sys.executable, "run_all.py", "--dist=torch", "--scan", "--maxsize=30",
+    proc = subprocess.run([sys.executable, "run_all.py", "--dist=torch", "--backend=gloo",
+                           "--scan", "--maxsize=30",
                            "--trials=1", "--warmups=0", "--all-reduce", "--broadcast"],
                           cwd=ROOT, env=base_env(MASTER_PORT=str(free_port())),
                           capture_output=True, text=True, timeout=300, preexec_fn=cap)

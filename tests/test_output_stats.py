@@ -93,7 +93,8 @@ def test_results_survive_sigkill(tmp_path, extension):
     port = free_port()
     env = base_env(MASTER_PORT=str(port))
     cmd = launcher_command("torchrun", 2, port, env["PATH"]) + [
-        "all_gather.py", "--scan", "--maxsize=24", "--trials=20", "--dist=torch", f"--output={path}"]
+        "all_gather.py", "--scan", "--maxsize=24", "--trials=20", "--dist=torch", f"--output={path}",
+        "--backend=gloo"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
@@ -215,7 +216,8 @@ def test_independent_wall_clock_agrees(run, tmp_path):
 def test_progress_bar_only_on_a_terminal(tmp_path):
     port = free_port()
     env = base_env(MASTER_PORT=str(port))
-    cmd = [sys.executable, "all_reduce.py", "--scan", "--maxsize=12", "--trials=2", "--dist=torch"]
+    cmd = [sys.executable, "all_reduce.py", "--scan", "--maxsize=12", "--trials=2", "--dist=torch",
+           "--backend=gloo"]
     controller, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 24 x 100
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=terminal,

@@ -106,11 +106,11 @@ def rank_command(script, flags, switches, unknown, rank, folder):
     return args + switches + ([unknown] if unknown else [])
 
 
-def run_ranks(script, world_size, flags, switches, unknown, folder, group):
+def run_ranks(script, world_size, flags, switches, unknown, folder, group, no_ccl):
     port = free_port()
     procs = []
     for rank in range(world_size):
-        env = base_env(MASTER_PORT=str(port))
+        env = base_env(MASTER_PORT=str(port), PYTHONPATH=no_ccl)
         if world_size > 1:
             env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                        LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1")
@@ -131,9 +131,19 @@ def run_ranks(script, world_size, flags, switches, unknown, folder, group):
 
 
 @pytest.fixture(scope="module")
-def cgroup():
+def no_ccl(tmp_path_factory):
+    """The model above is of a venv without oneCCL's bindings (--backend ccl: MISSING, the CPU
+    default gloo): the examples run where they do not import (test_ccl.py runs ccl)."""
+    shim = tmp_path_factory.mktemp("no-ccl") / "oneccl_bindings_for_pytorch"
+    shim.mkdir()
+    (shim / "__init__.py").write_text("raise ImportError('hidden from the property examples')\n")
+    return str(shim.parent)
+
+
+@pytest.fixture(scope="module")
+def cgroup(no_ccl):
     # DeepSpeed's shm extension is built (or found) before the examples start.
-    env = base_env(MASTER_PORT=str(free_port()))
+    env = base_env(MASTER_PORT=str(free_port()), PYTHONPATH=no_ccl)
     built = subprocess.run([sys.executable, "all_reduce.py", "--dist=deepspeed", "--scan",
                             "--maxsize=2", "--trials=1"], cwd=ROOT, env=env, capture_output=True,
                            text=True, timeout=600)
@@ -147,10 +157,10 @@ def cgroup():
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                  HealthCheck.data_too_large])
 @given(example=command_lines())
-def test_random_command_lines(cgroup, tmp_path_factory, example):
+def test_random_command_lines(cgroup, no_ccl, tmp_path_factory, example):
     script, world_size, flags, switches, unknown = example
     folder = tmp_path_factory.mktemp("property")
-    outputs = run_ranks(script, world_size, flags, switches, unknown, folder, cgroup)
+    outputs = run_ranks(script, world_size, flags, switches, unknown, folder, cgroup, no_ccl)
     want = expected_status(*example)
     shown = f"{script} {flags} {switches} {unknown} at world size {world_size}:\n" + \
         "\n".join(f"--- rank {r}: exit {rc}\n{err}" for r, (_, err, rc) in enumerate(outputs))
