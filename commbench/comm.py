@@ -9,6 +9,7 @@ sit on.
 
 import contextlib
 import functools
+import glob
 import os
 import socket
 import sys
@@ -472,6 +473,8 @@ def init_comm(local_rank, args):
             first = str(error).strip().splitlines()[0][:300]
             raise BenchmarkError(f"rank {rank}: oneCCL did not start: {first}",
                                  rank_local=True) from None
+    if starting and ds is not None:
+        _unlink_deepspeed_shm(rank)
     hostnames = [host for host, _ in peers]
     local_world_size = hostnames.count(socket.gethostname())
     differing = [r for r, (_, digest) in enumerate(peers) if digest != peers[0][1]]
@@ -513,6 +516,22 @@ def init_comm(local_rank, args):
     if getattr(args, "groups", None):
         comm.layouts = _make_layouts(comm, args.groups, dist_module, gather, scatter, one_tensor)
     return comm
+
+
+def _unlink_deepspeed_shm(rank):
+    """Unlink this rank's DeepSpeed shared-memory all-reduce buffer from /dev/shm.
+
+    DeepSpeed's CPU ops (its shm op on gloo, its oneCCL op on ccl) create one ~66 MB file in
+    /dev/shm per rank when every rank is on one host, named by MASTER_ADDR and MASTER_PORT, and
+    never unlink it: every run with a new port leaves them behind, in memory, until reboot.
+    Each rank maps every peer's file while DeepSpeed starts, before it answers the first
+    collective, so once a collective has completed the names are no longer needed; the mappings
+    stay valid after the unlink and the memory goes when the last rank exits, killed or not.
+    """
+    name = (f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_{os.environ.get('MASTER_ADDR', '')}"
+            f"_{os.environ.get('MASTER_PORT', '')}_{rank}")
+    with contextlib.suppress(OSError):
+        os.unlink(name)
 
 
 def _make_layouts(comm, kinds, dist_module, gather, scatter, one_tensor):
@@ -587,7 +606,13 @@ def teardown():
         if _deepspeed_ccl_op():
             # DeepSpeed's own oneCCL communicator (its op's, a static of the op's library) and
             # the bindings' torn down by destroy_process_group() leave the process to crash at
-            # exit (SIGSEGV on every rank); left to the exit, both end cleanly.
+            # exit (SIGSEGV on every rank); left to the exit, both end cleanly. But then
+            # nothing closes oneCCL's transport, whose shared-memory endpoint (libfabric's shm
+            # provider: /dev/shm/PID:N:N, 64 MiB) outlives the process: this rank's names go
+            # now. Every op this rank takes part in is over, so no peer opens them again.
+            for path in glob.glob(f"/dev/shm/{os.getpid()}:*"):
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
             return
     torch.distributed.destroy_process_group()
 

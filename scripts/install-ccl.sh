@@ -29,9 +29,9 @@ die() { printf 'install-ccl: error: %s\n' "$*" >&2; exit 1; }
 started=$(date +%s)
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${1:-$ROOT/.venv}
+[ -x "$VENV/bin/python" ] || die "$VENV is not a virtual environment (no bin/python); make venv first"
+VENV=$(cd "$VENV" && pwd)  # absolute: the build below runs in the source's directory
 PY=$VENV/bin/python
-[ -x "$PY" ] || die "$VENV is not a virtual environment (no bin/python); make venv first"
-VENV=$(cd "$VENV" && pwd)
 export PATH=$VENV/bin:$PATH  # the venv's ninja, for DeepSpeed's op below
 PATCH=$ROOT/patches/torch-ccl-cpu-send-recv.patch
 PATCHED_FOR=1fc0c383a8665a83f274e2c863e6d1d323b02856

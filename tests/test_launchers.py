@@ -1,5 +1,7 @@
 """Every op script runs as a script, under each launcher that needs no extra daemon."""
 
+from pathlib import Path
+
 import pytest
 
 from formulas import OPS, check_bandwidth
@@ -57,3 +59,16 @@ def test_stdout_is_only_the_table(run):
     assert lines[0] == "" and lines[1].startswith("---- Performance of all_gather on 1 devices")
     assert len(lines) == 4 + 2
     assert "Warning" not in result.stderr and "deprecated" not in result.stderr
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_deepspeed_leaves_nothing_in_dev_shm(run, nproc):
+    """DeepSpeed's CPU shm op (its ranks all on one host: the deepspeed launcher sets LOCAL_SIZE)
+    creates a ~66 MB file per rank in /dev/shm, named by the master port, and never removes it;
+    the suite unlinks them once every rank has mapped them, so a run leaves no memory behind."""
+    result = run("all_reduce.py", "--scan", "--maxsize=5", "--trials=2", "--dist=deepspeed",
+                 nproc=nproc, launcher="deepspeed")
+    assert result.returncode == 0, result
+    port = next(a.split("=", 1)[1] for a in result.cmd if str(a).startswith("--master_port="))
+    left = sorted(p.name for p in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))
+    assert left == [], left
