@@ -1,6 +1,7 @@
 # Two commands for a fresh machine (see README.md):
-#   make bench   create .venv, install, scan all six ops on 2 local CPU ranks, plot them
-#   make test    create .venv, install, run the tests
+#   make bench   create .venv, install (oneCCL too), scan all six ops on 2 local CPU ranks over
+#                oneCCL (BACKEND=gloo: gloo), plot them
+#   make test    create .venv, install (oneCCL too), run the tests
 #   (make strategies: measure DDP, ZeRO-1/2/3, TP and PP and report them against the estimate)
 PYTHON ?= python3
 VENV := .venv
@@ -23,9 +24,12 @@ $(VENV)/.installed: requirements.txt constraints.txt
 	touch $@
 
 # The table on stdout, the results in results/bench.jsonl and their curves in results/curves.png.
-bench: venv ccl
+# BACKEND: ccl (oneCCL, installed by `make ccl` first: what DeepSpeed itself runs on CPU once its
+# bindings import) or gloo (nothing more to build).
+BACKEND ?= ccl
+bench: venv $(filter ccl,$(BACKEND))
 	mkdir -p results
-	$(BIN)/deepspeed --num_gpus $(NPROC) run_all.py $(BENCH_ARGS) --output results/bench.jsonl --overwrite
+	$(BIN)/deepspeed --num_gpus $(NPROC) run_all.py $(BENCH_ARGS) --backend $(BACKEND) --output results/bench.jsonl --overwrite
 	$(BIN)/python report.py plot results/bench.jsonl -o results/curves.png
 
 # The six parallel strategies measured on $(NPROC) local CPU ranks (parallel_bench.py), held

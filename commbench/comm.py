@@ -9,7 +9,6 @@ sit on.
 
 import contextlib
 import functools
-import glob
 import os
 import socket
 import sys
@@ -23,7 +22,7 @@ import torch
 import torch.distributed
 
 from .dtypes import check_dtype_for_backend
-from . import groups as grouping
+from . import groups as grouping, shm
 from .errors import BenchmarkError, UsageError
 from .guard import deadline, peer_failure
 from .launch import check_master_address, discover_launch_env, master_address, master_port
@@ -77,6 +76,9 @@ def ccl_environment(layer):
     defaulted = [name for name in CCL_DEFAULTS if name not in os.environ]
     for name in defaulted:
         os.environ[name] = CCL_DEFAULTS[name]
+    # libfabric loads the InfiniPath PSM library, whose crash handler writes a backtrace file
+    # (python.80s-PID,HOST.btr) into the working directory of a rank that aborts: not there.
+    os.environ.setdefault("IPATH_NO_BACKTRACE", "1")
     root = os.environ.get("CCL_ROOT") or _ccl_root()
     if root:
         os.environ["CCL_ROOT"] = root
@@ -401,6 +403,15 @@ def argument_digest(args):
     return hashlib.sha256(repr(shared).encode()).hexdigest()
 
 
+def tell_deepspeed_backend(ds_accelerator, backend):
+    """DeepSpeed 0.19's init_distributed (deepspeed.initialize's too) starts its accelerator's
+    backend whatever it is asked (on CPU: ccl once oneCCL's bindings import, with its own oneCCL
+    op): the accelerator is told the backend this run measures."""
+    if backend != ds_accelerator.communication_backend_name() and \
+            hasattr(ds_accelerator, "_communication_backend_name"):
+        ds_accelerator._communication_backend_name = backend
+
+
 def init_comm(local_rank, args):
     """Initialise the process group the way `args.dist` says and return the Comm.
 
@@ -412,12 +423,8 @@ def init_comm(local_rank, args):
         ds, ds_dist, ds_accelerator = _import_deepspeed(args.device)
     device_type, backend = resolve_device_and_backend(args, ds_accelerator)
     check_dtype_for_backend(args, backend)
-    if ds_accelerator is not None and backend != ds_accelerator.communication_backend_name() \
-            and hasattr(ds_accelerator, "_communication_backend_name"):
-        # DeepSpeed 0.19's init_distributed starts its accelerator's backend whatever its
-        # dist_backend says (on CPU: ccl once oneCCL's bindings import, its oneCCL op and all):
-        # the accelerator is told the backend asked for.
-        ds_accelerator._communication_backend_name = backend
+    if ds_accelerator is not None:
+        tell_deepspeed_backend(ds_accelerator, backend)
     if backend == "ccl" and getattr(args, "op", "sum") == "avg":
         # The bindings map sum, product, min and max to oneCCL's reductions; AVG fails inside
         # the op with an exception of the map's, not a message.
@@ -427,6 +434,8 @@ def init_comm(local_rank, args):
 
     starting = not torch.distributed.is_initialized()
     ccl = ccl_environment(args.dist) if backend == "ccl" else None
+    if ccl is not None:
+        shm.expect_ccl_endpoints()
     pinned = pin(launch.local_rank) if starting and getattr(args, "pin", False) else None
     if starting:
         os.environ["MASTER_ADDR"] = check_master_address(master_address(os.environ, launch),
@@ -474,7 +483,7 @@ def init_comm(local_rank, args):
             raise BenchmarkError(f"rank {rank}: oneCCL did not start: {first}",
                                  rank_local=True) from None
     if starting and ds is not None:
-        _unlink_deepspeed_shm(rank)
+        shm.unlink_deepspeed_buffer(rank)
     hostnames = [host for host, _ in peers]
     local_world_size = hostnames.count(socket.gethostname())
     differing = [r for r, (_, digest) in enumerate(peers) if digest != peers[0][1]]
@@ -516,22 +525,6 @@ def init_comm(local_rank, args):
     if getattr(args, "groups", None):
         comm.layouts = _make_layouts(comm, args.groups, dist_module, gather, scatter, one_tensor)
     return comm
-
-
-def _unlink_deepspeed_shm(rank):
-    """Unlink this rank's DeepSpeed shared-memory all-reduce buffer from /dev/shm.
-
-    DeepSpeed's CPU ops (its shm op on gloo, its oneCCL op on ccl) create one ~66 MB file in
-    /dev/shm per rank when every rank is on one host, named by MASTER_ADDR and MASTER_PORT, and
-    never unlink it: every run with a new port leaves them behind, in memory, until reboot.
-    Each rank maps every peer's file while DeepSpeed starts, before it answers the first
-    collective, so once a collective has completed the names are no longer needed; the mappings
-    stay valid after the unlink and the memory goes when the last rank exits, killed or not.
-    """
-    name = (f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_{os.environ.get('MASTER_ADDR', '')}"
-            f"_{os.environ.get('MASTER_PORT', '')}_{rank}")
-    with contextlib.suppress(OSError):
-        os.unlink(name)
 
 
 def _make_layouts(comm, kinds, dist_module, gather, scatter, one_tensor):
@@ -603,16 +596,12 @@ def teardown():
         # interpreter exits is ended where it stands and the process aborts. A moment without
         # the GIL lets it finish first.
         time.sleep(0.05)
+        shm.release_ccl_endpoints()
         if _deepspeed_ccl_op():
             # DeepSpeed's own oneCCL communicator (its op's, a static of the op's library) and
             # the bindings' torn down by destroy_process_group() leave the process to crash at
-            # exit (SIGSEGV on every rank); left to the exit, both end cleanly. But then
-            # nothing closes oneCCL's transport, whose shared-memory endpoint (libfabric's shm
-            # provider: /dev/shm/PID:N:N, 64 MiB) outlives the process: this rank's names go
-            # now. Every op this rank takes part in is over, so no peer opens them again.
-            for path in glob.glob(f"/dev/shm/{os.getpid()}:*"):
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
+            # exit (SIGSEGV on every rank); left to the exit, both end cleanly (but nothing
+            # closes oneCCL's transport: shm.release_ccl_endpoints above).
             return
     torch.distributed.destroy_process_group()
 

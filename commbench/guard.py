@@ -12,6 +12,7 @@ import time
 
 import torch.distributed
 
+from . import shm
 from .errors import PROG, BenchmarkError, OutputClosed
 from .launch import discover_launch_env
 from .table import emit
@@ -34,6 +35,7 @@ def deadline(seconds, message):
     """
     def expire():
         say(f"{PROG}: error: {message}")
+        shm.release_ccl_endpoints()
         os._exit(1)
     timer = threading.Timer(seconds, expire)
     timer.daemon = True
@@ -70,6 +72,7 @@ def guard_stop_signals():
         if rank_for_messages() == 0:
             say(f"{PROG}: stopped by {signal.Signals(number).name}; the sizes measured so far "
                 "are in the table and the results file")
+        shm.release_ccl_endpoints()
         os._exit(STOP_SIGNALS[number])
     threading.Thread(target=wait_for_stop, name="commbench-stop", daemon=True).start()
 

@@ -3,7 +3,8 @@
 # timing events, the device chosen by local rank) at world size 1, through both layers.
 #
 #   scripts/gpu-check.sh                 # on the GPU: every case below, about 2-5 minutes
-#   scripts/gpu-check.sh --device cpu    # the same cases on CPU ranks (gloo): checks this script
+#   scripts/gpu-check.sh --device cpu    # the same cases on CPU ranks (gloo, even where oneCCL's
+#                                        # bindings are installed): checks this script
 #
 # Cases, each under --dist torch and --dist deepspeed: every op scanned with --check --stats,
 # a single-size run, --async-op, and all ten ops with --op, two dtypes, --repeat and --overlap; each ends in one summary line, "ok" with what it saw or
@@ -25,6 +26,10 @@ else PY=python3; fi
 # Scans to 2^23 elements per rank on the GPU; on CPU ranks to 2^11, enough to check this script
 # and quick.
 [ "$DEVICE" = cuda ] && MAXSIZE=${GPU_CHECK_MAXSIZE:-24} || MAXSIZE=${GPU_CHECK_MAXSIZE:-12}
+# CPU ranks check this script's cases, on gloo: it runs every op, dtype and --op they use (ccl,
+# detected once `make ccl` installed it, has no --op avg; test_ccl.py covers it).
+BACKEND=()
+[ "$DEVICE" = cpu ] && BACKEND=(--backend gloo)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 # DeepSpeed JIT-builds its CPU communication op once per extensions folder (not on cuda).
@@ -61,7 +66,7 @@ FAILED=0
 check() {
     local name=$1 want=$2; shift 2
     local out="$WORK/$name.jsonl" started=$SECONDS status
-    timeout 300 "$PY" run_all.py --device "$DEVICE" --output "$out" --overwrite "$@" \
+    timeout 300 "$PY" run_all.py --device "$DEVICE" "${BACKEND[@]}" --output "$out" --overwrite "$@" \
         >"$WORK/$name.out" 2>"$WORK/$name.err"
     status=$?
     local verdict

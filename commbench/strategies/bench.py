@@ -126,15 +126,32 @@ def parser():
                         "default: MALLOC_MMAP_THRESHOLD_ if set, else glibc's dynamic threshold")
     p.add_argument("--output", default=None, metavar="PATH", help="JSON lines, by rank 0")
     p.add_argument("--device", default=None, help="default: cuda when available, else cpu")
-    p.add_argument("--backend", default=None, help="default: nccl on cuda, gloo on cpu")
+    p.add_argument("--backend", default=None, help="default: nccl on cuda, gloo on cpu (also where oneCCL's bindings are "
+                        "installed); ccl: --strategy ddp, tp and pp")
     p.add_argument("--timeout", type=_seconds, default=300,
                    help="seconds a rank waits for its peers (default %(default)s)")
     return p
 
 
 def comm_args(args):
-    """The Namespace init_comm reads: torch.distributed, this run's device, backend, dtype."""
-    return argparse.Namespace(**vars(args), dist="torch", pin=False, groups=None, op="sum")
+    """The Namespace init_comm reads: torch.distributed, this run's device, backend, dtype.
+    On CPU the backend is gloo unless asked (not the op scripts' detection of ccl):
+    see check_backend."""
+    on_cpu = args.device == "cpu" or (args.device is None and not torch.cuda.is_available())
+    backend = args.backend or ("gloo" if on_cpu else None)
+    return argparse.Namespace(**{**vars(args), "backend": backend}, dist="torch", pin=False,
+                              groups=None, op="sum")
+
+
+def check_backend(args, backend):
+    """ZeRO on ccl: refused in one line, before anything is built."""
+    zero = [name for name in args.strategy if name.startswith("zero")]
+    if backend == "ccl" and zero:
+        raise UsageError(f"--strategy {zero[0]} on --backend ccl is not measured: DeepSpeed "
+                         "sends ZeRO's collectives through its own oneCCL op, past "
+                         "torch.distributed, where the per-op accounting cannot see them, and "
+                         "its ZeRO-3 on it grew past 3 GB per rank within seconds here; use "
+                         "--backend gloo, or --strategy ddp,tp,pp on ccl")
 
 
 def check_shape(args, world_size):
@@ -483,6 +500,7 @@ def report(run, record):
 def run_all(args):
     malloc = settle_malloc(args)
     comm = init_comm(args.local_rank, comm_args(args))
+    check_backend(args, comm.backend)
     check_shape(args, comm.world_size)
     config = ModelConfig(args.hidden, args.layers, args.heads, args.vocab, args.seq)
     run = Run(args, comm, config, getattr(torch, args.dtype), malloc=malloc)

@@ -24,6 +24,7 @@ import warnings
 import torch
 import torch.distributed
 
+from ..comm import tell_deepspeed_backend
 from ..errors import BenchmarkError
 from .model import (TPGroup, build_model, count_params, shard_for_tp, stage_for_pp,
                     synthetic_batches)
@@ -171,6 +172,7 @@ class Zero(Strategy):
 
     def setup(self):
         deepspeed = import_deepspeed(self.comm.device.type)
+        tell_deepspeed_backend(deepspeed.get_accelerator(), self.comm.backend)
         # The model in float32: with bf16 enabled DeepSpeed casts it and keeps float32 masters.
         model = build_model(self.config, self.args.seed, torch.float32).to(self.comm.device)
         self.ds_config = self.deepspeed_config()
