@@ -333,7 +333,8 @@ def _torch_one_tensor_api(world_size):
             gather is not None)
 
 
-def _import_deepspeed(device):
+def import_deepspeed(device, needed_by="--dist deepspeed", instead="or use --dist torch"):
+    """deepspeed, deepspeed.comm and its accelerator, or one line saying what needs DeepSpeed."""
     if device == "cpu":
         # Spares DeepSpeed's accelerator probe and its warning when the user said cpu.
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -344,8 +345,8 @@ def _import_deepspeed(device):
             import deepspeed.comm
             from deepspeed.accelerator import get_accelerator
     except ImportError as error:
-        raise BenchmarkError(f"--dist deepspeed needs DeepSpeed, which cannot be imported ({error}); "
-                             "pip install deepspeed, or use --dist torch") from None
+        raise BenchmarkError(f"{needed_by} needs DeepSpeed, which cannot be imported ({error}); "
+                             f"pip install deepspeed{', ' + instead if instead else ''}") from None
     return deepspeed, deepspeed.comm, get_accelerator()
 
 
@@ -420,7 +421,7 @@ def init_comm(local_rank, args):
     launch = discover_launch_env(local_rank_arg=local_rank)
     ds = ds_dist = ds_accelerator = None
     if args.dist == "deepspeed":
-        ds, ds_dist, ds_accelerator = _import_deepspeed(args.device)
+        ds, ds_dist, ds_accelerator = import_deepspeed(args.device)
     device_type, backend = resolve_device_and_backend(args, ds_accelerator)
     check_dtype_for_backend(args, backend)
     if ds_accelerator is not None:

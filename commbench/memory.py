@@ -10,7 +10,7 @@ import os
 import torch
 
 
-def _read_field(path, key):
+def read_field(path, key):
     """The number after `key` in a /proc or cgroup file (`key N`, or `key: N kB` in bytes);
     None when the file or the key is missing."""
     try:
@@ -25,7 +25,7 @@ def _read_field(path, key):
 
 
 def _meminfo_available():
-    available = _read_field("/proc/meminfo", "MemAvailable")
+    available = read_field("/proc/meminfo", "MemAvailable")
     if available is not None:
         return available
     try:
@@ -79,7 +79,7 @@ def cgroup_memory_headroom(proc_cgroup="/proc/self/cgroup"):
             usage = _read_number(os.path.join(directory, usage_file))
             if limit is None or usage is None or limit >= 1 << 60:  # "max", or v1's no limit
                 continue
-            cache = _read_field(os.path.join(directory, "memory.stat"), cache_key) or 0
+            cache = read_field(os.path.join(directory, "memory.stat"), cache_key) or 0
             working_set = usage - cache
             room = max(0, limit - max(working_set, 0))
             headroom = room if headroom is None else min(headroom, room)
@@ -161,7 +161,7 @@ class MemoryMeter:
 
     @staticmethod
     def _status(key):
-        value = _read_field("/proc/self/status", key)
+        value = read_field("/proc/self/status", key)
         if value is None:
             raise OSError(f"no {key} in /proc/self/status")
         return value

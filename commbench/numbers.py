@@ -4,12 +4,12 @@ of range is argparse's usage error with the range in words. Standard library onl
 import argparse
 
 
-def int_at_least(minimum):
-    """A parser of integers >= `minimum`."""
+def int_at_least(minimum, exponent=False):
+    """A parser of integers >= `minimum`; with `exponent`, written as 1e5 too."""
     def parse(text):
         try:
-            value = int(text)
-        except ValueError:
+            value = int(float(text)) if exponent and "e" in text.lower() else int(text)
+        except (ValueError, OverflowError):
             raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")

@@ -122,8 +122,8 @@ def test_read_field_reads_proc_and_cgroup_formats(tmp_path):
     meminfo.write_text("MemTotal:       24000 kB\nMemAvailable:     123 kB\n")
     stat = tmp_path / "memory.stat"
     stat.write_text("cache 8192\ntotal_inactive_file 4096\ninactive_file 1\n")
-    assert memory._read_field(str(meminfo), "MemAvailable") == 123 * 1024
-    assert memory._read_field(str(stat), "total_inactive_file") == 4096
-    assert memory._read_field(str(stat), "inactive_file") == 1  # a whole key, not a suffix
-    assert memory._read_field(str(stat), "rss") is None
-    assert memory._read_field(str(tmp_path / "absent"), "rss") is None
+    assert memory.read_field(str(meminfo), "MemAvailable") == 123 * 1024
+    assert memory.read_field(str(stat), "total_inactive_file") == 4096
+    assert memory.read_field(str(stat), "inactive_file") == 1  # a whole key, not a suffix
+    assert memory.read_field(str(stat), "rss") is None
+    assert memory.read_field(str(tmp_path / "absent"), "rss") is None

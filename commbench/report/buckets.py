@@ -161,9 +161,8 @@ def render(advice):
 
 def plot(advice, output):
     """Communication and exposed time per step against bucket size."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .plot import pyplot, save
+    plt = pyplot()
     figure, axis = plt.subplots(figsize=(8, 4.5))
     sizes = [r.bucket for r in advice.rows]
     axis.plot(sizes, [r.comm_s * 1e3 for r in advice.rows], marker=".",
@@ -181,5 +180,5 @@ def plot(advice, output):
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize="small")
     figure.tight_layout()
-    figure.savefig(output)
+    save(figure, output)
     plt.close(figure)

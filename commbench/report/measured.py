@@ -284,10 +284,8 @@ def render(analysis, form):
 def plot(analysis, output):
     """Step time split into compute and exposed communication, and peak memory per rank, per
     strategy."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    from .plot import pyplot, save
+    plt = pyplot()
     rows = analysis["rows"]
     names = [row["plan"] for row in rows]
     figure, (steps, memory) = plt.subplots(1, 2, figsize=(12, 4.2))
@@ -316,8 +314,5 @@ def plot(analysis, output):
     figure.suptitle(f"{analysis['model']['params'] / 1e6:.3g}M parameters on "
                     f"{analysis['world_size']} ranks")
     figure.tight_layout()
-    try:
-        figure.savefig(output)
-    except (OSError, ValueError) as error:
-        raise ReportError(f"cannot write {output}: {error}") from None
+    save(figure, output)
     return figure

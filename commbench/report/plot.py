@@ -11,12 +11,26 @@ def _byte_label(value, _position=None):
         value /= 1024
 
 
+def pyplot():
+    """matplotlib.pyplot, headless (the Agg backend: no display needed)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save(figure, output):
+    """figure saved to `output`, or one ReportError line saying why it cannot be."""
+    try:
+        figure.savefig(output)
+    except (OSError, ValueError) as error:
+        raise ReportError(f"cannot write {output}: {error}") from None
+
+
 def plot(runs, output):
     """One figure: a row per op, bus bandwidth vs size (log2 x) beside latency vs size
     (log-log), one line per run. Returns the matplotlib Figure (saved to `output`)."""
-    import matplotlib
-    matplotlib.use("Agg")  # headless: no display needed
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import FuncFormatter
 
     # Sized ops only: a barrier (size 0) has no place on a log-size axis.
@@ -45,8 +59,5 @@ def plot(runs, output):
             axis.grid(True, which="major", alpha=0.3)
             axis.legend(fontsize="small")
     figure.tight_layout()
-    try:
-        figure.savefig(output)
-    except (OSError, ValueError) as error:
-        raise ReportError(f"cannot write {output}: {error}") from None
+    save(figure, output)
     return figure

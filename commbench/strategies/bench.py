@@ -29,7 +29,8 @@ from ..comm import init_comm
 from ..errors import BenchmarkError, UsageError
 from ..guard import agree_to_go_on
 from ..harness import guarded
-from ..memory import _read_field
+from ..memory import read_field
+from ..numbers import float_in, int_at_least
 from ..table import convert_size, note, print_rank_0
 from .accounting import OPS, Recorder
 from .model import ModelConfig
@@ -42,34 +43,9 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see --help)")
 
 
-def _positive(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _at_least_zero(text):
-    try:
-        value = int(float(text)) if "e" in text.lower() else int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _seconds(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if not 0 < value <= 1e6:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
+_positive = int_at_least(1)
+_at_least_zero = int_at_least(0, exponent=True)
+_seconds = float_in(0, 1e6, "a positive number of seconds")
 
 
 def strategy_list(text):
@@ -223,12 +199,12 @@ class PeakMemory:
         """What the rank holds now: VmRSS, or the allocator's bytes in use."""
         if self.device is not None:
             return torch.get_device_module(self.device.type).memory_allocated(self.device)
-        return _read_field("/proc/self/status", "VmRSS") or 0
+        return read_field("/proc/self/status", "VmRSS") or 0
 
     def peak(self):
         if self.device is not None:
             return torch.get_device_module(self.device.type).max_memory_allocated(self.device)
-        return _read_field("/proc/self/status", "VmHWM") or 0
+        return read_field("/proc/self/status", "VmHWM") or 0
 
 
 def release_memory():

@@ -17,15 +17,14 @@ looked up at call time, so that the accounting (accounting.py) sees it.
 
 import contextlib
 import logging
-import os
 import sys
 import warnings
 
 import torch
 import torch.distributed
 
+from .. import comm as comm_layer
 from ..comm import tell_deepspeed_backend
-from ..errors import BenchmarkError
 from .model import (TPGroup, build_model, count_params, shard_for_tp, stage_for_pp,
                     synthetic_batches)
 
@@ -126,15 +125,9 @@ class DDP(Strategy):
 # -------------------------------------------------------------------------------------- ZeRO
 
 def import_deepspeed(device_type):
-    """deepspeed, its logger on stderr and quiet (the table owns stdout)."""
-    if device_type == "cpu":
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            import deepspeed
-    except ImportError as error:
-        raise BenchmarkError(f"--strategy zero1/zero2/zero3 needs DeepSpeed, which cannot be "
-                             f"imported ({error}); pip install deepspeed") from None
+    """deepspeed, its logger quiet (the table owns stdout)."""
+    deepspeed, _, _ = comm_layer.import_deepspeed(device_type, "--strategy zero1/zero2/zero3",
+                                                  instead=None)
     from deepspeed.utils import logger
     logger.setLevel(logging.WARNING)
     # DeepSpeed 0.19 calls torch's deprecated *_into_tensor / *_tensor collectives itself.
