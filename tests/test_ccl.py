@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import (BIN, ROOT, Run, assert_no_traceback, base_env, free_port, launcher_command,
-                      parse_tables)
+                      parse_tables, require_launcher)
 from formulas import OPS
 
 SUITE_DEFAULTS = "CCL_WORKER_OFFLOAD=0 CCL_ATL_SHM=1 (the suite's defaults)"
@@ -119,6 +119,25 @@ def test_six_ops_on_oneccl(ccl, tmp_path, launcher, dist, nproc):
     # all-reduce buffers.
     left = sorted(p.name for p in set(Path("/dev/shm").iterdir()) - shm_before)
     assert left == [], left
+
+
+@pytest.mark.parametrize("dist", ["torch", "deepspeed"])
+@pytest.mark.parametrize("launcher", ["openmpi", "srun"])
+def test_oneccl_under_open_mpi_and_slurm(ccl, launcher, dist):
+    """Open MPI's mpirun and Slurm's srun (scripts/test-services.sh up) start oneCCL ranks too:
+    the suite finds rank, world and master in their environments; 3 ranks, --check, 0 wrong."""
+    require_launcher(launcher)
+    shm_before = set(Path("/dev/shm").iterdir())
+    result = start("run_all.py", "--device=cpu", "--backend=ccl", f"--dist={dist}", "--scan",
+                   "--maxsize=6", "--trials=3", "--warmups=1", "--check", nproc=3,
+                   launcher=launcher)
+    assert result.returncode == 0, result
+    assert_no_traceback(result)
+    assert [table.op for table in result.tables] == OPS
+    assert all(row.extra == ["0"] for table in result.tables for row in table.rows), result
+    assert "backend ccl, device cpu, 3 ranks on 1 host(s)" in result.stderr, result
+    assert_quiet_oneccl(result)
+    assert sorted(p.name for p in set(Path("/dev/shm").iterdir()) - shm_before) == []
 
 
 def test_the_other_four_ops_on_oneccl(ccl):
@@ -275,30 +294,30 @@ def test_no_oneccl_to_build_deepspeeds_op_against(monkeypatch):
     """Neither CCL_ROOT nor oneCCL's headers beside the bindings or in the venv: --dist
     deepspeed stops before DeepSpeed's build, in one line saying what to set; --dist torch
     does not need them."""
-    from commbench import comm
+    from commbench import ccl as oneccl
     from commbench.errors import BenchmarkError
-    monkeypatch.setattr(comm, "_ccl_settings", {})
-    monkeypatch.setattr(comm, "_ccl_root", lambda: None)
+    monkeypatch.setattr(oneccl, "_ccl_settings", {})
+    monkeypatch.setattr(oneccl, "_ccl_root", lambda: None)
     monkeypatch.setattr(os, "environ", {name: value for name, value in os.environ.items()
                                         if not name.startswith("CCL_") and name != "CPATH"})
     with pytest.raises(BenchmarkError, match="set CCL_ROOT to oneCCL's directory"):
-        comm.ccl_environment("deepspeed")
-    settings = comm.ccl_environment("torch")
+        oneccl.environment("deepspeed")
+    settings = oneccl.environment("torch")
     assert settings["ccl_root"] is None and "CPATH" not in os.environ
     assert os.environ["CCL_WORKER_OFFLOAD"] == "0" and os.environ["CCL_ATL_SHM"] == "1"
 
 
 def test_ccl_root_and_cpath_found_for_deepspeed(monkeypatch, tmp_path):
-    from commbench import comm
+    from commbench import ccl as oneccl
     (tmp_path / "include" / "oneapi").mkdir(parents=True)
     (tmp_path / "include" / "oneapi" / "ccl.hpp").touch()
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "libccl.so").touch()
-    monkeypatch.setattr(comm, "_ccl_settings", {})
-    monkeypatch.setattr(comm.sys, "prefix", str(tmp_path))
+    monkeypatch.setattr(oneccl, "_ccl_settings", {})
+    monkeypatch.setattr(oneccl.sys, "prefix", str(tmp_path))
     monkeypatch.setattr(os, "environ", {**{name: value for name, value in os.environ.items()
                                            if not name.startswith("CCL_")}, "CPATH": "/elsewhere"})
-    settings = comm.ccl_environment("deepspeed")
+    settings = oneccl.environment("deepspeed")
     assert settings["ccl_root"] == os.environ["CCL_ROOT"] == str(tmp_path)
     assert os.environ["CPATH"] == f"{tmp_path}/include:/elsewhere"
 
