@@ -30,7 +30,33 @@ GROUP = re.compile(r"(intra|inter)-host group (\d+) \(ranks ([\d ]+?)(?: on (\S+
 ROW_LINE = re.compile(r"^\S")
 
 
+def _ephemeral_ports():
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
+_EPHEMERAL = _ephemeral_ports()
+_PICK = random.SystemRandom()  # not the random module hypothesis seeds
+
+
 def free_port():
+    """A free TCP port for MASTER_PORT, outside the kernel's ephemeral range: a port the kernel
+    hands out (port 0) is free now, but srun, mpirun and the daemons take their own from that
+    range, and one took a test's port between the check and rank 0's bind (rank 0 exits 1,
+    its peer waits out --timeout). Not 29400-29599 either (torchrun's and DeepSpeed's defaults)."""
+    for _ in range(200):
+        port = _PICK.randrange(20000, 40000)
+        if port in _EPHEMERAL or 29400 <= port < 29600:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -336,3 +362,15 @@ def hosts():
     for name in made:
         subprocess.run([str(SIM_HOSTS), "down", name], capture_output=True, timeout=60)
         assert not os.path.exists(f"/run/netns/{name}1")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_dead_ranks_memory():
+    """After the session, oneCCL shm endpoints (/dev/shm/PID:N:N, 64 MiB of memory each) whose
+    process is gone: ranks the tests killed outright (SIGKILL), which cannot release their own.
+    Removed by pid; a live process's are left alone."""
+    yield
+    for path in Path("/dev/shm").glob("*:*:*"):
+        pid = path.name.split(":", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            path.unlink(missing_ok=True)
