@@ -72,3 +72,15 @@ def test_deepspeed_leaves_nothing_in_dev_shm(run, nproc):
     port = next(a.split("=", 1)[1] for a in result.cmd if str(a).startswith("--master_port="))
     left = sorted(p.name for p in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))
     assert left == [], left
+
+
+def test_parallel_bench_zero_leaves_nothing_in_dev_shm(run):
+    """ZeRO starts DeepSpeed's communication itself (deepspeed.initialize), after the suite's
+    start-up: its shm buffers are unlinked there too."""
+    result = run("parallel_bench.py", "--strategy=zero1", "--hidden=64", "--layers=2", "--heads=4",
+                 "--vocab=128", "--seq=8", "--micro-batch=2", "--micro-batches=1", "--steps=1",
+                 "--warmup=0", nproc=2, launcher="deepspeed")
+    assert result.returncode == 0, result
+    port = next(a.split("=", 1)[1] for a in result.cmd if str(a).startswith("--master_port="))
+    left = sorted(p.name for p in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))
+    assert left == [], left

@@ -475,8 +475,8 @@ def report(run, record):
 
 def run_all(args):
     malloc = settle_malloc(args)
+    check_backend(args, args.backend)  # ccl only when asked for (comm_args): before it starts
     comm = init_comm(args.local_rank, comm_args(args))
-    check_backend(args, comm.backend)
     check_shape(args, comm.world_size)
     config = ModelConfig(args.hidden, args.layers, args.heads, args.vocab, args.seq)
     run = Run(args, comm, config, getattr(torch, args.dtype), malloc=malloc)

@@ -23,7 +23,7 @@ import warnings
 import torch
 import torch.distributed
 
-from .. import comm as comm_layer
+from .. import comm as comm_layer, shm
 from ..comm import tell_deepspeed_backend
 from .model import (TPGroup, build_model, count_params, shard_for_tp, stage_for_pp,
                     synthetic_batches)
@@ -172,6 +172,8 @@ class Zero(Strategy):
         with contextlib.redirect_stdout(sys.stderr):
             self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=_adamw(
                 model.parameters()), config=self.ds_config)
+        # initialize() broadcast the parameters: every rank has mapped DeepSpeed's CPU buffers.
+        shm.unlink_deepspeed_buffer(self.comm.rank)
         self.batches = self._batches(self.rank)
 
     def step(self):
