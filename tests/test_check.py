@@ -13,17 +13,22 @@ def wrong_column(result):
     return {table.op: [int(row.extra[-1]) for row in table.rows] for table in result.tables}
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32", "float16"])
+DTYPES = ["float32", "bfloat16", "int32", "float16"]
+
+
 @pytest.mark.parametrize("nproc", [1, 2, 3])
 @pytest.mark.parametrize("dist", ["torch", "deepspeed"])
-def test_check_passes(run, dist, nproc, dtype):
+def test_check_passes(run, dist, nproc):
+    """Every op, every size, in four dtypes (one run: a table per op and dtype)."""
     result = run("run_all.py", "--check", "--scan", f"--maxsize={MAXSIZE}", "--trials=1",
-                 "--warmups=0", f"--dtype={dtype}", f"--dist={dist}", nproc=nproc)
+                 "--warmups=0", f"--dtype={','.join(DTYPES)}", f"--dist={dist}", nproc=nproc)
     assert result.returncode == 0, result
-    assert result.ops == expected_ops(nproc)
+    assert result.ops == [op for op in expected_ops(nproc) for _ in DTYPES]
+    assert [table.qualifiers["dtype"] for table in result.tables] == \
+        DTYPES * len(expected_ops(nproc))
     for table in result.tables:
         assert table.columns[-1] == "Wrong"
-    assert wrong_column(result) == {op: [0] * (MAXSIZE - 1) for op in expected_ops(nproc)}
+        assert [int(row.extra[-1]) for row in table.rows] == [0] * (MAXSIZE - 1), table.op
 
 
 @pytest.mark.parametrize("op,nproc,rank,dist", [
@@ -48,16 +53,18 @@ def test_check_catches_one_wrong_element(run, op, nproc, rank, dist):
     assert_no_traceback(result)
 
 
-@pytest.mark.parametrize("dtype", ["int8", "uint8", "double", "bfloat16"])
-def test_check_small_types_at_world_size_3_single_size(run, dtype):
+def test_check_small_types_at_world_size_3_single_size(run):
     """Values stay exact even for 8-bit and bfloat16 sums; single-size runs check too.
     (all_gather is left out: its single size takes mem-factor + 0.2 of memory, SPEC §4,
     gigabytes here, and it is checked in every scan.)"""
+    dtypes = ["int8", "uint8", "double", "bfloat16"]
     result = run("run_all.py", "--check", "--mem-factor=0.000002", "--trials=1",
-                 f"--dtype={dtype}", "--dist=torch", "--all-reduce", "--all-to-all",
+                 f"--dtype={','.join(dtypes)}", "--dist=torch", "--all-reduce", "--all-to-all",
                  "--reduce-scatter", "--pt2pt", "--broadcast", nproc=3)
     assert result.returncode == 0, result
-    assert len(result.tables) == 5
+    assert len(result.tables) == 5 * len(dtypes)
+    assert [table.qualifiers["dtype"] for table in result.tables] == dtypes * 5
+    assert all(len(table.rows) == 1 for table in result.tables)
     assert all(row.extra[-1] == "0" for table in result.tables for row in table.rows)
 
 

@@ -75,7 +75,7 @@ def test_usage_error_on_every_rank_is_said_once(run):
 
 
 def test_usage_error_under_torchrun_comes_from_rank_0(run):
-    result = run("all_reduce.py", "--dist=torch", "--trials=0", nproc=2)
+    result = run("all_reduce.py", "--dist=torch", "--trials=0", nproc=2, launcher="torchrun")
     assert result.returncode != 0
     assert result.stderr.count("commbench: error: argument --trials") == 1
     # torchrun's agent prints its own report; none of our files appears in a traceback.

@@ -32,15 +32,14 @@ def test_killed_rank_ends_the_job(tmp_path, launcher, dist):
                  if "all_gather.py" in " ".join(p.cmdline()) and p.name().startswith("python")]
         victim = [p for p in ranks if p.environ().get("RANK", p.environ().get("PMI_RANK")) == "1"]
         assert victim, [p.cmdline() for p in ranks]
-        killed = time.monotonic()
         victim[0].kill()
-        _, stderr = proc.communicate(timeout=30 + 10 + 30)
-        elapsed = time.monotonic() - killed
+        _, stderr = proc.communicate(timeout=240)  # a hang guard only
     finally:
         kill_tree(proc.pid)
     assert proc.returncode != 0
-    assert elapsed < 30 + 10, elapsed
     ours = [line for line in stderr.splitlines() if line.startswith("commbench: error:")]
+    # Well within the timeout: rank 0 learns of the lost peer from gloo, not from its deadline.
+    assert not [line for line in ours if "did not finish within" in line], stderr
     if launcher == "torchrun":
         assert ours and ours[0].startswith("commbench: error: rank 0: all_gather at "), stderr
     else:
@@ -65,15 +64,16 @@ def wait_for_records(path, count, limit=120):
 
 
 def test_stuck_rank_hits_the_timeout(run):
-    """Rank 1 sleeps 20 s before its first trial (test hook) under --timeout 4: both ranks end
-    with one line naming the op and the size, long before the sleep is over."""
+    """Rank 1 sleeps 120 s before its first trial (test hook) under --timeout 4: both ranks end
+    with one line naming the op and the size, long before the sleep is over (the sleep is the
+    test's reference: start-up and the deadline take a fraction of it even on a slow host)."""
     started = time.monotonic()
     result = run("all_reduce.py", "--scan", "--maxsize=3", "--stats", "--timeout=4",
                  "--dist=torch", nproc=2, launcher="deepspeed",
-                 env={"COMMBENCH_INJECT_DELAY": "1:20"})
+                 env={"COMMBENCH_INJECT_DELAY": "1:120"})
     elapsed = time.monotonic() - started
     assert result.returncode != 0
-    assert elapsed < 4 + 15, elapsed
+    assert elapsed < 120, elapsed
     lines = [line for line in result.stderr.splitlines() if line.startswith("commbench: error:")]
     assert any(line.startswith("commbench: error: rank 0: all_reduce at 4 elements of float")
                for line in lines), result
@@ -102,7 +102,8 @@ def test_mismatched_arguments_are_refused():
     stderr = "".join(err for _, _, err in outcomes)
     assert stderr.count("commbench: error:") == 1
     assert ("commbench: error: ranks were started with different arguments (rank 1 differs from "
-            "rank 0); start every rank with the same command line") in stderr
+            "rank 0 in --trials: 5 on rank 0, 6 on rank 1); start every rank with the same "
+            "command line") in stderr
     assert "Traceback" not in stderr
 
 
@@ -130,13 +131,12 @@ def test_mismatched_arguments_under_mpirun(run):
      "MASTER_ADDR='node1;reboot' is not a host name or an IP address"),
 ])
 def test_malformed_launcher_environment(run, environ, text):
-    started = time.monotonic()
     result = run("all_reduce.py", "--scan", "--maxsize=3", "--dist=torch", env=environ)
     assert result.returncode == 2, result
     assert result.stderr.strip().splitlines()[-1].startswith("commbench: error:")
     assert text in result.stderr
+    assert "within" not in result.stderr  # refused at start, not at a deadline
     assert_no_traceback(result)
-    assert time.monotonic() - started < 30
 
 
 @pytest.mark.parametrize("launcher,how", [("torchrun", "SIGINT to the launcher"),
@@ -158,24 +158,22 @@ def test_interrupt_mid_scan(tmp_path, launcher, how):
     number = signal.SIGTERM if "SIGTERM" in how else signal.SIGINT
     try:
         wait_for_records(path, 3)
-        sent = time.monotonic()
         if "process group" in how:
             os.killpg(proc.pid, number)
         else:
             proc.send_signal(number)
-        stdout, stderr = proc.communicate(timeout=60)
-        elapsed = time.monotonic() - sent
+        stdout, stderr = proc.communicate(timeout=240)  # a hang guard only
     finally:
         kill_tree(proc.pid)
     if launcher == "python":
         assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}[number]
     else:
         assert proc.returncode != 0
-    assert elapsed < 15, elapsed
     # A launcher may pass the stop on as SIGTERM before the ranks see the SIGINT itself.
     said = re.findall(r"commbench: stopped by (SIGINT|SIGTERM)", stderr)
     assert said == [number.name] or (launcher != "python" and said == ["SIGTERM"]), stderr[-3000:]
     meta, records = results.read(str(path))  # a whole document, never half-written
+    # stopped at once: the scan (23 sizes) was not run to its end
     assert meta["ops"] == ["all_gather"] and 3 <= len(records) < 23
     assert not list(tmp_path.glob("*.tmp*"))
     frames = [line for line in stderr.splitlines() if line.strip().startswith('File "')]
@@ -209,11 +207,10 @@ def test_environment_values_are_never_executed(run, tmp_path):
 
 
 def test_master_addr_that_does_not_resolve(run):
-    started = time.monotonic()
-    result = run("all_reduce.py", "--scan", "--maxsize=2", "--dist=torch",
+    result = run("all_reduce.py", "--scan", "--maxsize=2", "--dist=torch", "--timeout=600",
                  env={"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
                       "MASTER_ADDR": "no-such-host.invalid"})
     assert result.returncode == 1, result
+    # its own line, not a retry loop until the deadline (which would outlast run()'s 240 s)
     assert result.stderr.strip().splitlines()[-1].startswith(
         "commbench: error: rank 0: MASTER_ADDR no-such-host.invalid does not resolve")
-    assert time.monotonic() - started < 30  # not a retry loop until --timeout

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import subprocess
-import time
 from contextlib import contextmanager
 
 import pytest
@@ -73,15 +72,13 @@ def test_a_closed_pipe_ends_the_run_quietly(launcher, nproc, tmp_path):
                             text=True)
     producer.stdout.close()  # head holds the pipe's only reading end
     shown, _ = head.communicate(timeout=240)
-    closed = time.monotonic()
-    status = producer.wait(timeout=120)
-    after = time.monotonic() - closed
+    status = producer.wait(timeout=240)  # a hang guard only
     stderr = producer.stderr.read()
     assert status == 0, stderr
     assert_no_traceback_of_ours(stderr)
-    # The whole scan takes 20 s and more; the ranks leave at the next size instead (measured
-    # here: python 0.35 s, torchrun 0.8-1.0 s after head exits; 5 s leaves room for a busy host).
-    assert after < 5, after
+    # The ranks leave at the next size, not at the end of the scan (23 sizes, 20 s and more;
+    # they left 0.35 s after head under python, 0.8-1.0 s under torchrun: docs/troubleshooting.md).
+    assert len(whole_records(output)) < 23
     mine = our_lines(stderr)
     assert len(mine) == 1 and START_NOTE.match(mine[0]), stderr
     lines = shown.splitlines()
@@ -136,7 +133,9 @@ def small_file_system(path, size="16k"):
 def test_a_full_disk_leaves_whole_records(launcher, nproc, name, tmp_path):
     with small_file_system(tmp_path / "small") as small:
         output = small / name
-        producer = start(launcher, nproc, ["--dist=torch", "--scan", "--stats",
+        # few trials: the file fills at a larger size for shorter records (csv), and each size
+        # up to it is quick
+        producer = start(launcher, nproc, ["--dist=torch", "--scan", "--stats", "--trials=5",
                                            f"--output={output}"], subprocess.PIPE)
         stdout, stderr = producer.communicate(timeout=300)
         assert producer.returncode == 1, stderr

@@ -9,7 +9,8 @@ from formulas import OPS, check_bandwidth
 
 @pytest.mark.parametrize("op", OPS)
 def test_each_op_script_under_torchrun(run, op):
-    result = run(f"{op}.py", "--scan", "--raw", "--maxsize=6", "--trials=2", "--dist=torch", nproc=2)
+    result = run(f"{op}.py", "--scan", "--raw", "--maxsize=6", "--trials=2", "--dist=torch", nproc=2,
+                 launcher="torchrun")
     assert result.returncode == 0, result
     assert result.ops == [op]
     table = result.table(op)
@@ -45,7 +46,7 @@ def test_plain_python_is_a_world_of_one(run, dist):
 
 def test_torchrun_deepspeed_dist_three_ranks(run):
     result = run("reduce_scatter.py", "--scan", "--raw", "--maxsize=5", "--trials=2",
-                 "--dist=deepspeed", nproc=3)
+                 "--dist=deepspeed", nproc=3, launcher="torchrun")
     assert result.returncode == 0, result
     assert [row.description for row in result.table("reduce_scatter").rows] == \
         [f"{3 * 2 ** p}x4" for p in range(1, 5)]

@@ -20,12 +20,15 @@ def plans_of(result):
 
 @pytest.mark.parametrize("nproc,dist", [(1, "torch"), (3, "torch"), (2, "deepspeed")])
 def test_single_size_follows_memory_rule(run, nproc, dist):
+    # One rank's all_gather would plan on mem-factor + 0.2 of the whole host (SPEC §4): a 4 GB
+    # message and 13 GB of buffers, 40 s of allocation; its rule is checked at 2 and 3 ranks.
+    ops = [op for op in expected_ops(nproc) if nproc > 1 or op != "all_gather"]
     before = host_memory()
     result = run("run_all.py", "--raw", f"--mem-factor={MEM_FACTOR}", "--trials=3", "--warmups=1",
-                 f"--dist={dist}", nproc=nproc)
+                 f"--dist={dist}", *[f"--{op.replace('_', '-')}" for op in ops], nproc=nproc)
     assert result.returncode == 0, result
     plans = plans_of(result)
-    assert list(plans) == expected_ops(nproc), result
+    assert list(plans) == ops, result
     for op, plan in plans.items():
         memory, factor, numel = int(plan["memory"]), float(plan["factor"]), int(plan["numel"])
         # CPU: the host's available memory shared by the local ranks, never total RAM per rank.
