@@ -7,7 +7,7 @@ module is imported by everything.
 DEFAULT_WARMUPS = 5
 DEFAULT_TRIALS = 50
 DEFAULT_TYPE = "float"
-DEFAULT_BACKEND = None  # detected: see commbench.comm.resolve_device_and_backend
+DEFAULT_BACKEND = None  # detected: see commbench.layer.resolve_device_and_backend
 DEFAULT_DEVICE = None  # detected
 DEFAULT_UNIT = "Gbps"
 DEFAULT_DIST = "deepspeed"

@@ -2,7 +2,7 @@
 
   python report.py compare A B [--threshold 1.10] [--noise-threshold 5] [--format text|markdown|json]
   python report.py compare RUN      (a run of --groups: its layouts side by side)
-  python report.py plot A [B ...] -o curves.png
+  python report.py plot A [B ...] -o curves.png     (a doctor.py run: its pair heatmaps)
   python report.py strategy RESULTS --params 7B [--world-size N] [--gpu-mem 80] ...
   python report.py strategy RESULTS --measured RUNS [--plot strategies.png]
   python report.py buckets RESULTS --grad-mb G [--backward-ms T] [--plot buckets.png]
@@ -12,11 +12,11 @@ A and B are result files of `--output` (.jsonl, .json, .csv), saved stdout of th
 Standard library only, but for `plot` (matplotlib, imported when plotting).
 """
 
-import argparse
 import sys
 
-from commbench.numbers import float_in, int_at_least
-from commbench.report import buckets, measured, strategy
+from commbench.flags import Parser
+from commbench.numbers import byte_count, float_in, int_at_least
+from commbench.report import buckets, doctor, measured, strategy
 from commbench.report.compare import compare, layouts, render, render_layouts
 from commbench.report.plot import plot
 from commbench.report.runs import ReportError, load_run
@@ -24,7 +24,7 @@ from commbench.report.runs import ReportError, load_run
 PROG = "report.py"
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(Parser):
     """Usage errors in one line, exit status 2 (as the suite's scripts)."""
 
     def error(self, message):
@@ -97,13 +97,16 @@ def main(argv=None):
                         help="gradient bytes per step, MiB (fp32: 4 x parameters / 2^20)")
     bucket.add_argument("--backward-ms", type=_positive,
                         help="backward time per step: buckets start as backward produces them")
+    bucket.add_argument("--min-bucket", type=byte_count, metavar="BYTES",
+                        help="the smallest bucket size to consider (8K, 1M, ...; default 1M, "
+                             "DDP's smallest bucket, or a 16th of the gradients below 16 MiB)")
     bucket.add_argument("--plot", metavar="PATH", help="also draw both curves to PATH (PNG)")
     args = parser.parse_args(argv)
     try:
         if args.command == "strategy":
             print(_strategy(args))
         elif args.command == "buckets":
-            advice = buckets.advise(args.results, args.grad_mb, args.backward_ms)
+            advice = buckets.advise(args.results, args.grad_mb, args.backward_ms, args.min_bucket)
             print(buckets.render(advice))
             if args.plot:
                 buckets.plot(advice, args.plot)
@@ -116,6 +119,9 @@ def main(argv=None):
         elif args.command == "compare":
             print(render(compare(load_run(args.a), load_run(args.b), args.threshold,
                                  args.noise_threshold / 100), args.format))
+        elif len(args.runs) == 1 and doctor.is_doctor_run(args.runs[0]):
+            doctor.heatmap(args.runs[0], args.output)
+            print(f"{PROG}: wrote {args.output}", file=sys.stderr)
         else:
             plot([load_run(path) for path in args.runs], args.output)
             print(f"{PROG}: wrote {args.output}", file=sys.stderr)

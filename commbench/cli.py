@@ -14,10 +14,11 @@ import constants
 from . import groups as grouping
 from .dtypes import dtype_list, get_dtype
 from .errors import PROG, UsageError
+from .flags import Parser
 from .numbers import byte_count, float_in, int_at_least
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(Parser):
     def error(self, message):
         raise UsageError(f"{message} (see --help)")
 

@@ -13,7 +13,6 @@ import os
 import socket
 import sys
 import time
-import traceback
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Callable
@@ -22,55 +21,13 @@ import torch
 import torch.distributed
 
 from .dtypes import check_dtype_for_backend
-from . import ccl as oneccl, groups as grouping, shm
+from . import builds, ccl as oneccl, groups as grouping, shm
 from .errors import BenchmarkError, UsageError
 from .guard import deadline, peer_failure
 from .launch import check_master_address, discover_launch_env, master_address, master_port
+from .layer import import_deepspeed, init_error, resolve_device_and_backend, tell_deepspeed_backend
+from .peers import argument_digest, differing_arguments, exchange
 from .table import note
-
-
-def _torch_accelerator():
-    """The device type of torch's current accelerator ('cuda', 'xpu', ...), or None."""
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None and accelerator.is_available():
-        return accelerator.current_accelerator().type
-    return "cuda" if torch.cuda.is_available() else None
-
-
-def resolve_device_and_backend(args, ds_accelerator=None):
-    """The device type and backend this run uses, checked to exist; raises BenchmarkError."""
-    if ds_accelerator is not None:
-        available = ds_accelerator.device_name()
-        device = args.device or available
-        backend = args.backend or (ds_accelerator.communication_backend_name()
-                                   if device == available else "gloo")
-    else:
-        available = _torch_accelerator()
-        device = args.device or ("cuda" if available == "cuda" else "cpu")
-    if device != "cpu" and device != available:
-        raise BenchmarkError(f"--device {device}: no {device} device is available on this machine; "
-                             "use --device cpu")
-    if ds_accelerator is None:
-        if args.backend:
-            backend = args.backend
-        elif device == "cuda":
-            backend = "nccl"
-        elif device == "cpu":
-            backend = "ccl" if oneccl.import_bindings() else "gloo"
-        else:
-            backend = torch.distributed.get_default_backend_for_device(device)
-    if backend == "nccl" and (device != "cuda" or not torch.cuda.is_available()):
-        raise BenchmarkError("--backend nccl needs CUDA devices and there are none here "
-                             "(or --device is not cuda); use --backend gloo --device cpu")
-    if backend == "ccl" and not oneccl.import_bindings():
-        raise BenchmarkError("--backend ccl needs oneccl_bindings_for_pytorch, which is not "
-                             "installed; install it or use --backend gloo")
-    if backend == "mpi" and not torch.distributed.is_mpi_available():
-        raise BenchmarkError("--backend mpi: this torch was built without MPI support; "
-                             "use --backend gloo (CPU) or nccl (GPU)")
-    if not torch.distributed.is_backend_available(backend):
-        raise BenchmarkError(f"--backend {backend} is not available in this torch build")
-    return device, backend
 
 
 @dataclass
@@ -106,6 +63,9 @@ class Comm:
     global_rank: int = 0
     layouts: dict = field(default_factory=dict)  # kind -> groups.Layout, made at start-up
     layout: object = None  # the Layout in use; None: the whole world, as without --groups
+    # The start-up's cost per rank (seconds from the start of init_comm): the process group up
+    # ("process_group_s") and the first collective done ("first_collective_s").
+    startup: dict = None
 
     def use_layout(self, kind):
         """Measure in layout `kind` (one made at start-up) from here on."""
@@ -197,86 +157,6 @@ def _torch_one_tensor_api(world_size):
             gather is not None)
 
 
-def import_deepspeed(device, needed_by="--dist deepspeed", instead="or use --dist torch"):
-    """deepspeed, deepspeed.comm and its accelerator, or one line saying what needs DeepSpeed."""
-    if device == "cpu":
-        # Spares DeepSpeed's accelerator probe and its warning when the user said cpu.
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    try:
-        # DeepSpeed logs to stdout; the table owns stdout, so its handler is bound to stderr.
-        with contextlib.redirect_stdout(sys.stderr):
-            import deepspeed
-            import deepspeed.comm
-            from deepspeed.accelerator import get_accelerator
-    except ImportError as error:
-        raise BenchmarkError(f"{needed_by} needs DeepSpeed, which cannot be imported ({error}); "
-                             f"pip install deepspeed{', ' + instead if instead else ''}") from None
-    return deepspeed, deepspeed.comm, get_accelerator()
-
-
-def _init_error(error, port, rank):
-    """The one line for a process group that did not start."""
-    text = str(error)
-    if "EADDRINUSE" in text or "address already in use" in text.lower():
-        return BenchmarkError(f"MASTER_PORT {port} is already in use on this host: another job "
-                              "holds it; set MASTER_PORT to a free port", rank_local=True)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    first = (lines[0] if lines else type(error).__name__)[:300]
-    frames = traceback.extract_tb(error.__traceback__)
-    if "CCL_ROOT" in text:  # DeepSpeed's ccl backend found no oneCCL to build its op against
-        return BenchmarkError(f"rank {rank}: DeepSpeed's ccl backend needs CCL_ROOT, oneCCL's "
-                              "directory (with include/ and lib/); set it, or use --dist torch",
-                              rank_local=True)
-    if any("cpp_extension" in frame.filename for frame in frames):
-        # DeepSpeed JIT-builds its CPU communication op at the first init_distributed().
-        cause = next((line for line in lines if "fatal error" in line or " error:" in line), first)
-        if "ccl.hpp" in cause:
-            return BenchmarkError(f"rank {rank}: DeepSpeed could not build its oneCCL op "
-                                  f"({cause[:200]}); CCL_ROOT={os.environ.get('CCL_ROOT')} must "
-                                  "hold oneCCL's include/ and lib/, or use --dist torch",
-                                  rank_local=True)
-        return BenchmarkError(f"rank {rank}: DeepSpeed could not build its CPU communication "
-                              f"extension ({cause[:200]}); it needs a C++ compiler, ninja and "
-                              "about 1 GB of free memory once (TORCH_EXTENSIONS_DIR keeps the "
-                              "build), or use --dist torch", rank_local=True)
-    return BenchmarkError(f"rank {rank}: the process group did not start: {first}",
-                          rank_local=True)
-
-
-_EXCHANGE_BYTES = 512  # a host name (at most 253 bytes) and a digest (64), with room
-
-
-def _exchange(pair, world_size, device):
-    """Every rank's (host name, digest), on every rank, through one all_gather of bytes.
-    Not all_gather_object: it needs numpy, which torch's wheel does not install, and a
-    `--dist torch` user may have torch alone."""
-    data = "\0".join(pair).encode()[:_EXCHANGE_BYTES]
-    mine = torch.zeros(_EXCHANGE_BYTES, dtype=torch.uint8, device=device)
-    mine[:len(data)] = torch.tensor(list(data), dtype=torch.uint8, device=device)
-    everyone = torch.empty(world_size * _EXCHANGE_BYTES, dtype=torch.uint8, device=device)
-    _torch_one_tensor_api(world_size)[0](everyone, mine)
-    rows = everyone.view(world_size, _EXCHANGE_BYTES).cpu().tolist()
-    return [tuple(bytes(row).rstrip(b"\0").decode(errors="replace").split("\0", 1))
-            for row in rows]
-
-
-def argument_digest(args):
-    """A digest of everything that shapes the measurement: ranks that disagree on a size or a
-    loop count would wait for each other forever, so they are refused at start-up."""
-    import hashlib
-    shared = sorted((k, v) for k, v in vars(args).items() if k not in ("local_rank",))
-    return hashlib.sha256(repr(shared).encode()).hexdigest()
-
-
-def tell_deepspeed_backend(ds_accelerator, backend):
-    """DeepSpeed 0.19's init_distributed (deepspeed.initialize's too) starts its accelerator's
-    backend whatever it is asked (on CPU: ccl once oneCCL's bindings import, with its own oneCCL
-    op): the accelerator is told the backend this run measures."""
-    if backend != ds_accelerator.communication_backend_name() and \
-            hasattr(ds_accelerator, "_communication_backend_name"):
-        ds_accelerator._communication_backend_name = backend
-
-
 def init_comm(local_rank, args):
     """Initialise the process group the way `args.dist` says and return the Comm.
 
@@ -298,10 +178,14 @@ def init_comm(local_rank, args):
                          "gloo")
 
     starting = not torch.distributed.is_initialized()
+    begun = time.monotonic()  # the start-up's cost, for the record: group up, first collective
+    up = None
     ccl = oneccl.environment(args.dist) if backend == "ccl" else None
     if ccl is not None:
         shm.expect_ccl_endpoints()
     pinned = pin(launch.local_rank) if starting and getattr(args, "pin", False) else None
+    if starting and launch.local_rank == 0 and device_type == "cpu":
+        shm.remove_leftovers()
     if starting:
         os.environ["MASTER_ADDR"] = check_master_address(master_address(os.environ, launch),
                                                          launch.rank)
@@ -311,11 +195,23 @@ def init_comm(local_rank, args):
         device = _select_device(device_type, launch.local_rank, ds_accelerator)
         timeout = timedelta(seconds=args.timeout)
         where = f"{os.environ['MASTER_ADDR']}:{port}"
+        waited, building, since = 0.0, [], None
+        if ds is not None and device.type == "cpu":
+            # DeepSpeed JIT-builds its CPU ops as its layer starts: stale locks go, live builds
+            # are waited for (against --timeout), a first build says so.
+            waited, building, since = builds.prepare(backend, args.timeout, launch.local_rank,
+                                                     launch.rank)
+        left = max(1.0, args.timeout - waited)
+        message = (f"rank {launch.rank}: no rendezvous of {launch.world_size} ranks at {where} "
+                   f"within {args.timeout:g} s; did every rank start, and do MASTER_ADDR and "
+                   "MASTER_PORT point to rank 0?")
+        if building:
+            message = (f"rank {launch.rank}: DeepSpeed's first build of its "
+                       f"{' and '.join(building)} op and the rendezvous of {launch.world_size} "
+                       f"ranks did not finish within {args.timeout:g} s; give a first run a "
+                       "longer --timeout (the build takes about half a minute per op on 2 cores)")
         try:
-            with deadline(args.timeout, f"rank {launch.rank}: no rendezvous of {launch.world_size} "
-                                        f"ranks at {where} within {args.timeout:g} s; did every "
-                                        "rank start, and do MASTER_ADDR and MASTER_PORT point to "
-                                        "rank 0?"):
+            with deadline(left, message):
                 with oneccl.c_stdout_on_stderr(backend == "ccl"):
                     if ds is not None:
                         with contextlib.redirect_stdout(sys.stderr):
@@ -328,7 +224,8 @@ def init_comm(local_rank, args):
                             world_size=launch.world_size, timeout=timeout,
                             device_id=device if device.type != "cpu" else None)
         except Exception as error:  # noqa: BLE001  (third-party start-up: any failure is one line)
-            raise _init_error(error, port, launch.rank) from None
+            raise init_error(error, port, launch.rank) from None
+        up = time.monotonic() - begun
     else:
         device = _select_device(device_type, launch.local_rank, ds_accelerator)
 
@@ -337,8 +234,8 @@ def init_comm(local_rank, args):
                                 f"{args.timeout:g} s after start-up; a peer rank died or is stuck"):
         try:
             with oneccl.c_stdout_on_stderr(backend == "ccl" and starting):
-                peers = _exchange((socket.gethostname(), argument_digest(args)), world_size,
-                                  device)
+                peers = exchange((socket.gethostname(), argument_digest(args)),
+                                 _torch_one_tensor_api(world_size)[0], world_size, device)
         except RuntimeError as error:
             # oneCCL starts at the first collective: a setting it refuses (a CCL_* variable) or a
             # transport it cannot open fails there, with oneCCL's own words.
@@ -347,14 +244,17 @@ def init_comm(local_rank, args):
             first = str(error).strip().splitlines()[0][:300]
             raise BenchmarkError(f"rank {rank}: oneCCL did not start: {first}",
                                  rank_local=True) from None
+    first_collective = time.monotonic() - begun
     if starting and ds is not None:
         shm.unlink_deepspeed_buffer(rank)
+        if building:
+            builds.finish(building, since, rank)
     hostnames = [host for host, _ in peers]
     local_world_size = hostnames.count(socket.gethostname())
     differing = [r for r, (_, digest) in enumerate(peers) if digest != peers[0][1]]
     if differing:
-        raise UsageError(f"ranks were started with different arguments (rank {differing[0]} differs "
-                         "from rank 0); start every rank with the same command line")
+        raise differing_arguments(args, differing[0], _torch_one_tensor_api(world_size)[0],
+                                  world_size, device)
 
     if ds_dist is not None:
         import warnings
@@ -376,12 +276,16 @@ def init_comm(local_rank, args):
                 reduce_args=reduce_args(dist_module, getattr(args, "op", "sum")),
                 global_rank=rank, ccl=ccl)
     if starting:  # once per run, not again for each op or utils.max_numel call that reuses it
+        everyone = comm.gather_figures([up, first_collective])
+        comm.startup = {"process_group_s": [figures[0] for figures in everyone],
+                        "first_collective_s": [figures[1] for figures in everyone]}
         layer = "deepspeed.comm" if ds_dist else "torch.distributed"
         note(comm, f"{args.dist} ({layer}), backend {torch.distributed.get_backend()}, device "
                    f"{device.type}, {world_size} rank{'s' if world_size > 1 else ''} on "
                    f"{len(set(hostnames))} host(s), launcher environment: {launch.launcher}" +
                    (f"; each rank pinned to one CPU (rank 0: CPU {pinned})" if pinned is not None
-                    else "") + (f"; {oneccl.describe(ccl)}" if ccl is not None else ""))
+                    else "") + (f"; {oneccl.describe(ccl)}" if ccl is not None else "") +
+                   f"; {describe_startup(comm.startup)}")
         cpus = os.cpu_count() or 1
         if ccl is not None and local_world_size > cpus:
             note(comm, f"WARNING: {local_world_size} ranks on a host of {cpus} CPUs: oneCCL's "
@@ -390,6 +294,16 @@ def init_comm(local_rank, args):
     if getattr(args, "groups", None):
         comm.layouts = _make_layouts(comm, args.groups, dist_module, gather, scatter, one_tensor)
     return comm
+
+
+def describe_startup(startup):
+    """`process group up in 0.41 s, first collective done at 0.43 s (slowest rank: ...)`."""
+    group, first = startup["process_group_s"], startup["first_collective_s"]
+    text = f"process group up in {group[0]:.2f} s, first collective done at {first[0]:.2f} s"
+    slowest = max(range(len(first)), key=first.__getitem__)
+    if len(first) > 1 and slowest != 0:
+        text += f" (slowest: rank {slowest}, {group[slowest]:.2f} s and {first[slowest]:.2f} s)"
+    return text
 
 
 def _make_layouts(comm, kinds, dist_module, gather, scatter, one_tensor):

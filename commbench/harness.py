@@ -20,18 +20,18 @@ from .errors import PROG, BenchmarkError, OutputClosed, UsageError
 from .guard import (RESULTS_LOCK, agree_to_go_on, deadline, guard_stop_signals, peer_failure,
                     rank_for_messages, say)
 from .memory import MemoryMeter
-from .sizes import allocate, plan_single_size, sweep_numels
+from .sizes import allocate, cap_sweep, plan_single_size, sweep_numels
 from .table import duration_text, emit_or_stop, note, output_failure, print_header, print_row
 from . import groups as grouping, overlap
 from .timing import STATS, interval, odd_window, summarize, time_op, window
 
 
 def init_processes(local_rank, args, ops=None):
-    """The Comm of this run (comm.init_comm), with rank 0's results file open when --output
-    asks for one. `ops` names the ops this run will measure, for the results file."""
+    """The Comm of this run (comm.init_comm), with rank 0's results file open when its --output
+    asks for one (only rank 0's counts: a multi-node launch may name it on one line alone).
+    `ops` names the ops this run will measure, for the results file."""
     comm = init_comm(local_rank, args)
-    if args.output:
-        comm.results = _open_results(args, comm, ops or [])
+    comm.results = _open_results(args, comm, ops or [])
     return comm
 
 
@@ -40,7 +40,7 @@ def _open_results(args, comm, ops):
     that worked, so that none goes on to measure alone."""
     from . import results  # only runs that write one pay for it
     writer, failure = None, None
-    if comm.global_rank == 0:
+    if comm.global_rank == 0 and args.output:
         try:
             path = results.free_path(args.output, args.overwrite)
             writer = results.open_writer(path, run_meta(args, comm, ops))
@@ -81,6 +81,8 @@ def run_meta(args, comm, ops):
         # backend ccl: oneCCL's settings (env: the value of each, set_by_suite: those the suite
         # defaulted, oneccl_defaults: those left to oneCCL) and versions; None on other backends
         "ccl": comm.ccl,
+        # seconds per rank from the start-up to the process group up and the first collective
+        "startup": comm.startup,
         "torch_threads": torch.get_num_threads(), "command": [sys.executable] + sys.argv,
         "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -278,7 +280,8 @@ def run_collective(collective, args, comm):
 def _run_sizes(collective, args, comm, dtype_shown):
     """One table: the header (naming the dtype when the run has several), one row per size."""
     if args.scan or not collective.payload:
-        numels = sweep_numels(collective, args, comm.world_size)
+        numels = cap_sweep(collective, sweep_numels(collective, args, comm.world_size), args,
+                           comm)
     else:
         numel, plan = plan_single_size(collective, args, comm)
         note(comm, plan)

@@ -27,6 +27,7 @@ import torch.distributed
 
 from ..comm import init_comm
 from ..errors import BenchmarkError, UsageError
+from ..flags import Parser
 from ..guard import agree_to_go_on
 from ..harness import guarded
 from ..memory import read_field
@@ -38,7 +39,7 @@ from .train import ORDER, STRATEGIES, import_deepspeed, optimizer_config
 
 # ------------------------------------------------------------------------------------- flags
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(Parser):
     def error(self, message):
         raise UsageError(f"{message} (see --help)")
 

@@ -23,8 +23,8 @@ import warnings
 import torch
 import torch.distributed
 
-from .. import comm as comm_layer, shm
-from ..comm import tell_deepspeed_backend
+from .. import layer, shm
+from ..layer import tell_deepspeed_backend
 from .model import (TPGroup, build_model, count_params, shard_for_tp, stage_for_pp,
                     synthetic_batches)
 
@@ -126,7 +126,7 @@ class DDP(Strategy):
 
 def import_deepspeed(device_type):
     """deepspeed, its logger quiet (the table owns stdout)."""
-    deepspeed, _, _ = comm_layer.import_deepspeed(device_type, "--strategy zero1/zero2/zero3",
+    deepspeed, _, _ = layer.import_deepspeed(device_type, "--strategy zero1/zero2/zero3",
                                                   instead=None)
     from deepspeed.utils import logger
     logger.setLevel(logging.WARNING)

@@ -1,0 +1,47 @@
+"""What every command line of the suite does alike (the op scripts', report.py's,
+parallel_bench.py's): a flag is spelled out in full (argparse's abbreviations would take
+`--trial 3` for `--trials 3`, and a later flag could change what an old command line means),
+and an unknown one gets a "did you mean". Standard library only."""
+
+import argparse
+import difflib
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse without abbreviations; usage errors go through `error`, which each command line
+    makes its own one line and exit status 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, args=None, namespace=None):
+        namespace, extra = self.parse_known_args(args, namespace)
+        if extra:
+            self.error(unrecognized(self, extra))
+        return namespace
+
+
+def _options(parser):
+    names = []
+    for action in parser._actions:  # argparse offers no public view of them
+        names += [name for name in action.option_strings if name.startswith("--")]
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                names += _options(sub)
+    return names
+
+
+def unrecognized(parser, extra):
+    """`unrecognized arguments: --trial 3; did you mean --trials?`"""
+    message = f"unrecognized arguments: {' '.join(extra)}"
+    options = sorted(set(_options(parser)))
+    guesses = []
+    for word in extra:
+        if word.startswith("--"):
+            close = difflib.get_close_matches(word.split("=", 1)[0], options, n=1, cutoff=0.6)
+            if close and close[0] not in guesses:
+                guesses.append(close[0])
+    if guesses:
+        message += f"; did you mean {' or '.join(guesses)}?"
+    return message
