@@ -16,8 +16,12 @@ by the rank itself.
 import contextlib
 import glob
 import os
+import re
+import sys
 
 _ccl_endpoints = False
+_CCL_ENDPOINT = re.compile(r"(\d+):\d+:\d+")
+DEEPSPEED_BUFFER = "deepspeed_allreduce_buffer_"
 
 
 def unlink_deepspeed_buffer(rank):
@@ -41,3 +45,66 @@ def release_ccl_endpoints():
     for path in glob.glob(f"/dev/shm/{os.getpid()}:*"):
         with contextlib.suppress(OSError):
             os.unlink(path)
+
+
+def _in_use():
+    """Every /dev/shm file some live process has open or mapped (its fds and maps), as far as
+    this user may read the process table (a user's own files are all this user can remove)."""
+    used = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in os.scandir(f"/proc/{entry.name}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd.path)
+                    if target.startswith("/dev/shm/"):
+                        used.add(target.removesuffix(" (deleted)"))
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{entry.name}/maps") as maps:
+                for line in maps:
+                    where = line.find("/dev/shm/")
+                    if where >= 0:
+                        used.add(line[where:].strip().removesuffix(" (deleted)"))
+    return used
+
+
+def leftovers():
+    """This user's files in /dev/shm that ranks left when they were killed outright: oneCCL
+    endpoints (PID:N:N) whose process is gone, and DeepSpeed's all-reduce buffers that no live
+    process has open or mapped (a live run's ranks keep theirs mapped until they end).
+    Never another live run's."""
+    found, uid = [], os.getuid()
+    candidates = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/dev/shm"):
+            with contextlib.suppress(OSError):
+                if entry.is_file(follow_symlinks=False) and entry.stat().st_uid == uid:
+                    candidates.append(entry)
+    buffers = [e for e in candidates if e.name.startswith(DEEPSPEED_BUFFER)]
+    used = _in_use() if buffers else set()
+    for entry in candidates:
+        endpoint = _CCL_ENDPOINT.fullmatch(entry.name)
+        if endpoint and not os.path.exists(f"/proc/{endpoint.group(1)}"):
+            found.append(entry)
+        elif entry in buffers and entry.path not in used:
+            found.append(entry)
+    return found
+
+
+def remove_leftovers():
+    """Remove leftovers(), with one note on stderr naming them (one rank per host calls this
+    before its run adds files of its own). Returns the names removed."""
+    names, size = [], 0
+    for entry in sorted(leftovers(), key=lambda e: e.name):
+        with contextlib.suppress(OSError):
+            bytes_ = entry.stat().st_size
+            os.unlink(entry.path)
+            names.append(entry.name)
+            size += bytes_
+    if names:
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        print(f"commbench: removed {len(names)} file{'s' if len(names) > 1 else ''} "
+              f"({size / 2 ** 20:.0f} MiB) from /dev/shm that ranks killed in earlier runs left "
+              f"behind (their processes are gone): {shown}", file=sys.stderr, flush=True)
+    return names

@@ -13,15 +13,19 @@ the suite plans against the cgroup's limit. Examples are derandomized (the same 
 run); COMMBENCH_PROPERTY_RANDOM=1 explores new ones, COMMBENCH_PROPERTY_EXAMPLES=N sets how many.
 """
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from commbench import results
 from conftest import MIB, ROOT, base_env, free_port, memory_cgroup, parse_tables
 from formulas import OPS
 
@@ -176,3 +180,200 @@ def test_random_command_lines(cgroup, no_ccl, tmp_path_factory, example):
         tables = parse_tables(outputs[0][0])
         assert tables and all(table.rows for table in tables), shown
         assert all(not out for out, _, _ in outputs[1:]), shown  # the table is rank 0's alone
+
+
+# --------------------------------------------------------------------------- faults
+#
+# Valid command lines (their flags drawn from the OK values above) at world sizes 1-3, crossed
+# with a fault made for real once rank 0 has printed its first row: a rank killed (SIGKILL),
+# SIGINT or SIGTERM to every rank (Ctrl-C to the job, scancel), rank 0's reader closing the pipe,
+# the results file on a full disk, or a stale build lock of DeepSpeed's left by a killed build.
+# Every rank must end within its --timeout (20 s) with its documented status, say at most one
+# `commbench: error:` line of its own (several ranks' lines are counted per rank: a failure all
+# ranks share is said by rank 0 alone, one a rank meets alone by that rank), print no traceback
+# of ours, and leave a results file every line of which parses.
+
+FAULTS = ["kill", "SIGINT", "SIGTERM", "closed pipe", "full disk", "stale lock"]
+# Examples per fault (every fault is tried; the command lines and world sizes are drawn).
+FAULT_EXAMPLES = int(os.environ.get("COMMBENCH_PROPERTY_FAULT_EXAMPLES", "3"))
+OK_VALUES = {flag: sorted(v for v, effect in values.items() if effect == OK)
+             for flag, values in VALUES.items()
+             if flag not in ("--timeout", "--output", "--local_rank", "--backend", "--device")}
+
+
+@st.composite
+def faulted_runs(draw):
+    script = draw(st.sampled_from(SCRIPTS))
+    world_size = draw(st.sampled_from([1, 2, 3]))
+    chosen = draw(st.lists(st.sampled_from(sorted(OK_VALUES)), max_size=4, unique=True))
+    flags = {flag: draw(st.sampled_from(OK_VALUES[flag])) for flag in chosen}
+    flags.setdefault("--dist", draw(st.sampled_from(["torch", "torch", "deepspeed"])))
+    flags.setdefault("--trials", "3")
+    flags.setdefault("--warmups", "1")
+    flags["--maxsize"] = draw(st.sampled_from(["12", "16", "20"]))  # long enough to meet it
+    flags["--output"] = draw(st.sampled_from(["r.jsonl", "r.csv", "r.json"]))
+    switches = draw(st.lists(st.sampled_from(["--check", "--stats", "--async-op", "--raw"]),
+                             max_size=2, unique=True))
+    if script == "pt2pt.py" and world_size == 1:
+        script = "all_reduce.py"
+    return script, world_size, flags, switches
+
+
+class _Rank0Reader:
+    """Reads rank 0's stdout in a thread; `first_row` is set at its first table row. With
+    `close_after_row`, the reading end is closed there (a reader that has what it wanted)."""
+
+    def __init__(self, stream, close_after_row):
+        import threading
+        self.stream, self.close_after_row = stream, close_after_row
+        self.lines, self.first_row = [], threading.Event()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        try:
+            for line in self.stream:
+                self.lines.append(line)
+                if re.match(r"^\d|^[\d.]+ [KMG]?B ", line):
+                    self.first_row.set()
+                    if self.close_after_row:
+                        self.stream.close()
+                        return
+        except (OSError, ValueError):
+            pass
+        self.first_row.set()
+
+
+@contextlib.contextmanager
+def _small_disk(folder):
+    mount = folder / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _stale_lock():
+    """The lock a killed build of DeepSpeed's shm op leaves, in the build directory the ranks
+    use (the venv's, conftest.base_env): a file nobody holds."""
+    directory = Path(base_env()["TORCH_EXTENSIONS_DIR"]) / "deepspeed_shm_comm"
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = directory / "lock"
+    lock.touch()
+    return lock
+
+
+def run_faulted(script, world_size, flags, switches, fault, folder, group, no_ccl):
+    """Start the ranks, make the fault once rank 0 printed its first row, wait for every rank.
+    Returns ([(stdout, stderr, status) per rank], the results path, the stale lock or None)."""
+    port = free_port()
+    lock = _stale_lock() if fault == "stale lock" else None
+    with contextlib.ExitStack() as stack:
+        where = stack.enter_context(_small_disk(folder)) if fault == "full disk" else folder
+        args = [sys.executable, script] + [f"{k}={where / v if k == '--output' else v}"
+                                           for k, v in flags.items()] + \
+            switches + ["--backend=gloo", "--timeout=20"]
+        procs = []
+        for rank in range(world_size):
+            env = base_env(MASTER_PORT=str(port), PYTHONPATH=no_ccl)
+            if world_size > 1:
+                env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                           LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1")
+            procs.append(subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True,
+                                          preexec_fn=group.enter, stdin=subprocess.DEVNULL))
+        reader = _Rank0Reader(procs[0].stdout, close_after_row=fault == "closed pipe")
+        others = [proc.stdout.read for proc in procs[1:]]
+        errs = [None] * world_size
+
+        def drain(index):
+            errs[index] = procs[index].stderr.read()
+        import threading
+        drains = [threading.Thread(target=drain, args=(i,), daemon=True) for i in range(world_size)]
+        outs = [threading.Thread(target=read, daemon=True) for read in others]
+        for thread in drains + outs:
+            thread.start()
+        reader.first_row.wait(timeout=90)
+        if fault == "kill":
+            procs[-1].kill()
+        elif fault in ("SIGINT", "SIGTERM"):
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.send_signal(getattr(signal, fault))
+        try:
+            for proc in procs:
+                proc.wait(timeout=120)  # each rank's --timeout is 20 s: this is a hang
+        except subprocess.TimeoutExpired:
+            for proc in procs:
+                proc.kill()
+            pytest.fail(f"a rank hung after {fault}: {script} {flags} {switches} at world size "
+                        f"{world_size}")
+        for thread in drains + outs + [reader.thread]:
+            thread.join(timeout=30)
+        output = where / flags["--output"]
+        parsed = None
+        if output.exists():
+            parsed = results.read(str(output))  # every line (the whole document) parses
+    return [("".join(reader.lines) if r == 0 else "", errs[r], p.returncode)
+            for r, p in enumerate(procs)], parsed, lock
+
+
+@settings(max_examples=FAULT_EXAMPLES, deadline=None, database=None,
+          derandomize=not os.environ.get("COMMBENCH_PROPERTY_RANDOM"),
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                 HealthCheck.data_too_large])
+@given(example=faulted_runs())
+@pytest.mark.parametrize("fault", FAULTS)
+def test_random_command_lines_under_faults(cgroup, no_ccl, tmp_path_factory, fault, example):
+    script, world_size, flags, switches = example
+    if fault == "full disk" and os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    folder = tmp_path_factory.mktemp("faults")
+    outputs, parsed, lock = run_faulted(script, world_size, flags, switches, fault, folder,
+                                        cgroup, no_ccl)
+    shown = f"{fault}: {script} {flags} {switches} at world size {world_size}:\n" + \
+        "\n".join(f"--- rank {r}: exit {rc}\n{err}" for r, (_, err, rc) in enumerate(outputs))
+    statuses = [rc for _, _, rc in outputs]
+    stderr = "".join(err for _, err, _ in outputs)
+    assert "Traceback" not in stderr, shown
+    for _, err, rc in outputs:
+        mine = [line for line in err.splitlines() if line.startswith("commbench: error:")]
+        assert len(mine) <= 1, shown  # at most one line of its own per rank
+        assert not mine or rc != 0, shown
+        for line in err.splitlines():
+            assert not line.strip() or line.startswith("commbench: ") or \
+                DEEPSPEED_LINE.match(line), f"stray stderr line {line!r} in {shown}"
+    if fault == "kill":
+        assert statuses[-1] == -signal.SIGKILL, shown
+        # the others lose their peer (1, one line each: their own) or had finished (0)
+        for _, err, rc in outputs[:-1]:
+            assert rc in (0, 1), shown
+            assert (rc == 1) == ("commbench: error:" in err), shown
+    elif fault in ("SIGINT", "SIGTERM"):
+        code = {"SIGINT": 130, "SIGTERM": 143}[fault]
+        assert all(rc in (0, code) for rc in statuses), shown
+        if statuses[0] == code:
+            assert f"commbench: stopped by {fault}" in outputs[0][1], shown
+        assert "commbench: error:" not in stderr, shown
+    elif fault == "closed pipe":
+        assert statuses == [0] * world_size, shown
+        assert "commbench: error:" not in stderr, shown
+    elif fault == "full disk":
+        if statuses[0] == 1:
+            assert "No space left on device" in outputs[0][1], shown
+            assert all(rc == 1 for rc in statuses), shown
+        else:
+            assert statuses == [0] * world_size, shown
+    else:  # a stale lock: removed by --dist deepspeed, which loads its op; none of torch's
+        try:
+            assert statuses == [0] * world_size, shown
+            if flags["--dist"] == "deepspeed":
+                assert f"commbench: removed {lock}: a build lock no process holds" in stderr, shown
+                assert not lock.exists(), shown
+            else:
+                assert "build lock" not in stderr, shown
+        finally:
+            lock.unlink(missing_ok=True)
+    assert parsed is not None or statuses[0] != 0 or fault in ("kill", "SIGINT", "SIGTERM"), shown

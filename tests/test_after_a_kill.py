@@ -1,0 +1,134 @@
+"""What a killed run leaves behind must not break the next one, and a first run must say what it
+is doing: DeepSpeed's build locks (torch's `lock` file in each op's build directory), the first
+build's note, and what killed ranks leave in /dev/shm."""
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import ROOT, base_env, free_port, launch
+
+OP = "deepspeed_shm_comm"
+DEEPSPEED = ["--dist=deepspeed", "--backend=gloo", "--scan", "--maxsize=3", "--trials=2"]
+
+
+def errors(stderr):
+    return [line for line in stderr.splitlines() if line.startswith("commbench: error:")]
+
+
+def test_a_build_killed_midway_does_not_stop_the_next_run(tmp_path):
+    """SIGKILL to the whole job (the rank, ninja and the compilers, as a scheduler ends a job's
+    cgroup) during DeepSpeed's first build leaves torch's lock behind; the same command again
+    removes it with one note, builds, says so and how long it took, and measures. (Were the
+    compilers left running, the next run would wait for them first: they work in the build
+    directory, so the lock is still held.)"""
+    import psutil
+    extensions = tmp_path / "ext"
+    lock = extensions / OP / "lock"
+    env = base_env(MASTER_PORT=str(free_port()), TORCH_EXTENSIONS_DIR=str(extensions))
+    first = subprocess.Popen([sys.executable, "all_reduce.py", *DEEPSPEED], cwd=ROOT, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (lock.exists() and (extensions / OP / "build.ninja").exists()):
+            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
+            time.sleep(0.05)
+        time.sleep(1)  # the compilers are at work (ninja starts them in groups of their own)
+        tree = psutil.Process(first.pid).children(recursive=True)
+        os.killpg(first.pid, signal.SIGKILL)
+        for process in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        _, stderr = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    assert "building DeepSpeed's deepspeed_shm_comm op (once" in stderr, stderr
+    assert lock.exists()  # what torch leaves: every later run would wait on it forever
+
+    again = launch("all_reduce.py", *DEEPSPEED, env={"TORCH_EXTENSIONS_DIR": str(extensions)},
+                   timeout=600)
+    assert again.returncode == 0, again
+    assert len(again.table("all_reduce").rows) == 2
+    notes = [line for line in again.stderr.splitlines() if line.startswith("commbench: ")]
+    assert f"commbench: removed {lock}: a build lock no process holds (a build of DeepSpeed's " \
+           f"{OP} op was killed); the op is built or loaded afresh" in notes, again
+    assert any(line.startswith(f"commbench: building DeepSpeed's {OP} op (once") for line in notes)
+    assert any(line.startswith(f"commbench: built DeepSpeed's {OP} op in ") for line in notes)
+    assert not lock.exists() and (extensions / OP / f"{OP}.so").exists()
+    # The third run loads the op: no build, no note about one.
+    third = launch("all_reduce.py", *DEEPSPEED, env={"TORCH_EXTENSIONS_DIR": str(extensions)})
+    assert third.returncode == 0, third
+    assert "building" not in third.stderr and "removed" not in third.stderr, third
+
+
+def test_a_lock_a_live_build_holds_is_waited_for_until_the_timeout(tmp_path):
+    """A live process holds the lock (a build in progress): every rank waits, rank 0 says for
+    what and since when, and at --timeout the run ends with one line naming the lock and its
+    holder, not the rendezvous; the holder's lock is left alone."""
+    extensions = tmp_path / "ext"
+    (extensions / OP).mkdir(parents=True)
+    lock = extensions / OP / "lock"
+    holder = subprocess.Popen([sys.executable, "-c", "import os, sys, time; "
+                               f"os.open({str(lock)!r}, os.O_CREAT | os.O_EXCL); "
+                               "print('held', flush=True); time.sleep(600)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        result = launch("all_reduce.py", *DEEPSPEED, "--timeout=5", nproc=2,
+                        env={"TORCH_EXTENSIONS_DIR": str(extensions)})
+        assert lock.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.returncode == 1, result
+    assert len(errors(result.stderr)) == 1, result  # rank 0's: every rank failed alike
+    (line,) = errors(result.stderr)
+    assert line.startswith(f"commbench: error: DeepSpeed's build of {OP} did not finish within "
+                           f"5 s: {lock} is held by PID {holder.pid} (") and \
+        line.endswith("wait for that build, or if it is no longer running remove the lock and "
+                      "start again"), line
+    assert "rendezvous" not in result.stderr
+    waiting = [ln for ln in result.stderr.splitlines() if "waiting for DeepSpeed's build" in ln]
+    assert len(waiting) == 1 and f"held by PID {holder.pid}" in waiting[0], result
+
+
+def test_what_killed_ranks_left_in_dev_shm_goes_and_live_runs_keep_theirs(tmp_path):
+    """The next run on the host removes oneCCL endpoints (PID:N:N) of processes that are gone
+    and DeepSpeed buffers nobody has mapped, with one note; a live process's stay."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that is no longer anyone's
+    shm = Path("/dev/shm")
+    made = {
+        "dead endpoint": shm / f"{gone.pid}:0:0",
+        "dead buffer": shm / f"deepspeed_allreduce_buffer_{os.getuid()}_127.0.0.9_9_0",
+        "live endpoint": shm / f"{os.getpid()}:0:0",
+        "live buffer": shm / f"deepspeed_allreduce_buffer_{os.getuid()}_127.0.0.9_9_1",
+    }
+    for path in made.values():
+        path.write_bytes(b"\0" * 4096)
+    live = subprocess.Popen([sys.executable, "-c", "import mmap, sys, time; "
+                             "f = open(sys.argv[1], 'r+b'); m = mmap.mmap(f.fileno(), 4096); "
+                             "f.close(); print('mapped', flush=True); time.sleep(600)",
+                             str(made["live buffer"])], stdout=subprocess.PIPE, text=True)
+    try:
+        assert live.stdout.readline() == "mapped\n"
+        result = launch("all_reduce.py", "--dist=torch", "--scan", "--maxsize=3", "--trials=2")
+        left = {what: path.exists() for what, path in made.items()}
+    finally:
+        live.kill()
+        live.wait()
+        for path in made.values():
+            path.unlink(missing_ok=True)
+    assert result.returncode == 0, result
+    assert left == {"dead endpoint": False, "dead buffer": False, "live endpoint": True,
+                    "live buffer": True}
+    notes = [line for line in result.stderr.splitlines() if "from /dev/shm" in line]
+    assert notes == [f"commbench: removed 2 files (0 MiB) from /dev/shm that ranks killed in "
+                     f"earlier runs left behind (their processes are gone): "
+                     f"{made['dead endpoint'].name}, {made['dead buffer'].name}"], result
