@@ -49,6 +49,47 @@ def sweep_numels(collective, args, world_size):
     return numels
 
 
+def _sweep_flag(args):
+    """The flag that set the largest size of a sweep, as the user gave it."""
+    if getattr(args, "min_bytes", None) is not None:
+        return f"--max-bytes {args.max_bytes}"
+    return f"--maxsize {args.maxsize}"
+
+
+def _human(nbytes):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:.1f} {unit}" if unit != "B" else f"{nbytes} B"
+        nbytes /= 1024
+
+
+def cap_sweep(collective, numels, args, comm):
+    """The sweep's sizes up to the largest whose buffers fit in a rank's usable memory now (90%
+    of what the single-size plan starts from, the least over ranks), with one note naming the
+    flag that asked for more: a sweep that cannot fit ends before it starts to allocate, not
+    at its first failed allocation. Every rank calls this (one agreement on the memory)."""
+    if not collective.payload or not numels:
+        return numels
+    memory, source = per_rank_memory(comm)
+    usable = int(comm.min_over_ranks(free_device_memory(comm, memory))
+                 * constants.USABLE_MEMORY_FRACTION)
+    element_size = get_dtype(args.dtype).itemsize
+    fitting = [numel for numel in numels
+               if footprint(collective, numel, element_size, args, comm)[0] <= usable]
+    if len(fitting) < len(numels):
+        if fitting:
+            largest = fitting[-1] * element_size
+            note(comm, f"{_sweep_flag(args)}: {collective.name}'s buffers fit the {usable} B a "
+                       f"rank may use (90% of {source}) up to {_human(largest)} per rank "
+                       f"({fitting[-1]} elements of {args.dtype}); the sweep stops there, "
+                       f"{len(numels) - len(fitting)} size{'s' if len(numels) - len(fitting) > 1 else ''} short")
+        else:
+            raise BenchmarkError(f"{collective.name}: a rank has {usable} B usable ({source}), "
+                                 "less than the sweep's smallest message takes with the "
+                                 "backend's reserves; free memory or use fewer ranks per host")
+    return fitting
+
+
 def in_flight(args):
     """How many ops of one size can be in flight at once: with --async-op every warmup, then
     every trial, is issued before the first is waited on (timing.time_op)."""
@@ -154,6 +195,13 @@ def _is_out_of_memory(error):
         or "can't allocate memory" in text
 
 
+def _size_flag(args):
+    """The flag that sets the size of this run's largest message."""
+    if not args.scan:
+        return "--mem-factor"
+    return "--max-bytes" if getattr(args, "min_bytes", None) is not None else "--maxsize"
+
+
 def allocate(collective, numel, args, comm):
     """(input, output) for one size, or None on every rank when any rank lacks the memory.
 
@@ -183,11 +231,11 @@ def allocate(collective, numel, args, comm):
     room = comm.min_over_ranks(room)  # one agreement: every rank goes on, or none does
     if room < 0:
         note(comm, f"WARNING: {collective.name}: out of memory at {numel} elements of {args.dtype} "
-                   "per rank; stopping this op here (lower --mem-factor or --maxsize)")
+                   f"per rank; stopping this op here (lower {_size_flag(args)})")
         return None
     if room < need:
         note(comm, f"WARNING: {collective.name}: {numel} elements of {args.dtype} per rank take "
                    f"{need} B with the backend's copies, more than the {room} B a rank has "
-                   "free; stopping this op here (lower --mem-factor or --maxsize)")
+                   f"free; stopping this op here (lower {_size_flag(args)})")
         return None
     return buffers

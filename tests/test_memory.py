@@ -9,11 +9,15 @@ planner that forgot a buffer would be killed here, not merely print a wrong figu
 
 import json
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from conftest import MIB, PLAN, assert_no_traceback, launch, memory_cgroup
+from conftest import (MIB, PLAN, ROOT, assert_no_traceback, base_env, launch, memory_cgroup,
+                      parse_tables)
 from formulas import CPU_FOOTPRINT, expected_ops
 
 def records_of(path):
@@ -79,10 +83,16 @@ def test_model_counts_every_buffer(tmp_path):
         assert used <= model + 16 * MIB, (op, used, model)
 
 
+CAP = re.compile(r"commbench: --maxsize (\d+): (\w+)'s buffers fit the (\d+) B a rank may use "
+                 r"\(90% of ([^)]*)\) up to [\d.]+ \w+ per rank \((\d+) elements of float\); the "
+                 r"sweep stops there, (\d+) sizes? short")
+
+
 def test_scan_stops_before_the_limit(tmp_path):
-    """A scan to --maxsize 40 stops each op at the first size whose footprint exceeds what the
-    ranks have free (an allocation would succeed; touching its pages would bring the OOM
-    killer): one warning per op, the rows so far kept and recorded, the next op runs, exit 0."""
+    """A scan to --maxsize 40 is capped before it starts, per op, at the largest size whose
+    footprint fits what a rank may use (an allocation would succeed; touching its pages would
+    bring the OOM killer): one note per op naming the flag, the rows kept and recorded, the next
+    op runs, exit 0."""
     output = tmp_path / "scan.csv"
     with memory_cgroup(1500 * MIB) as group:
         result = launch("run_all.py", "--scan", "--maxsize=40", "--trials=1", "--warmups=0",
@@ -92,23 +102,61 @@ def test_scan_stops_before_the_limit(tmp_path):
     assert result.returncode == 0 and kills == 0, result
     assert_no_traceback(result)
     assert result.ops == ["all_reduce", "all_gather"]
-    warnings = [line for line in result.stderr.splitlines() if "WARNING" in line]
-    assert len(warnings) == 2, result
-    for table, warning in zip(result.tables, warnings):
+    caps = [CAP.fullmatch(line) for line in result.stderr.splitlines() if "the sweep stops" in line]
+    assert len(caps) == 2 and all(caps), result
+    for table, cap in zip(result.tables, caps):
+        maxsize, op, usable, source, numel, short = cap.groups()
+        assert (maxsize, op) == ("40", table.op)
+        assert "cgroup memory limit" in source
         rows = len(table.rows)
         assert 15 <= rows < 30, result  # hundreds of MB per rank, not the 2^39 of --maxsize 40
         assert [row.numel for row in table.rows] == [2 * 2 ** p for p in range(1, rows + 1)]
-        stopped = 2 * 2 ** (rows + 1)
-        match = re.fullmatch(rf"commbench: WARNING: {table.op}: {stopped} elements of float per "
-                             r"rank take (\d+) B with the backend's copies, more than the (\d+) B "
-                             r"a rank has free; stopping this op here \(lower --mem-factor or "
-                             r"--maxsize\)", warning)
-        assert match, warning
-        need, free = int(match.group(1)), int(match.group(2))
-        assert need == stopped * 4 * CPU_FOOTPRINT[table.op](2) + 64 * MIB and free < need
-        assert 2 * free < group.limit
+        assert int(numel) == table.rows[-1].numel and int(short) == 39 - rows
+        footprint = CPU_FOOTPRINT[table.op](2)
+        assert int(numel) * 4 * footprint + 64 * MIB <= int(usable)  # the last fits
+        assert 2 * int(numel) * 4 * footprint + 64 * MIB > int(usable)  # the next would not
+        assert 2 * int(usable) < group.limit
+    assert "WARNING" not in result.stderr
     lines = output.read_text().splitlines()
     assert len(lines) == 1 + sum(len(t.rows) for t in result.tables)
+
+
+def test_a_sweep_stops_when_memory_goes_midway(tmp_path):
+    """Memory another process takes while a sweep runs (it fitted at the start): the sweep stops
+    at the first size that no longer fits, with one warning naming the flag, rows kept, exit 0."""
+    output = tmp_path / "scan.jsonl"
+    with memory_cgroup(2000 * MIB) as group:
+        env = base_env(COMMBENCH_INJECT_DELAY="0:0.02")  # 0.1 s a size: time for the hog
+        scan = subprocess.Popen([sys.executable, "all_reduce.py", "--scan", "--maxsize=29",
+                                 "--trials=5", "--warmups=0", "--stats", "--dist=torch",
+                                 "--backend=gloo", f"--output={output}"],
+                                cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, preexec_fn=group.enter)
+        hog = None
+        try:
+            while not (output.exists() and len(output.read_text().splitlines()) >= 3):
+                assert scan.poll() is None, scan.communicate()
+                time.sleep(0.02)
+            hog = subprocess.Popen([sys.executable, "-c", "import sys, time; b = bytearray(1400 "
+                                    "<< 20); print('held', flush=True); time.sleep(600)"],
+                                   stdout=subprocess.PIPE, text=True, preexec_fn=group.enter)
+            assert hog.stdout.readline() == "held\n"
+            stdout, stderr = scan.communicate(timeout=240)
+            kills = group.oom_kills()
+        finally:
+            scan.kill()
+            if hog is not None:
+                hog.kill()
+                hog.wait()
+    assert scan.returncode == 0 and kills == 0, stderr
+    assert "the sweep stops there" not in stderr  # it fitted at the start
+    (warning,) = [line for line in stderr.splitlines() if "WARNING" in line]
+    assert re.fullmatch(r"commbench: WARNING: all_reduce: \d+ elements of float per rank take \d+ B "
+                        r"with the backend's copies, more than the \d+ B a rank has free; stopping "
+                        r"this op here \(lower --maxsize\)", warning), warning
+    rows = [row for table in parse_tables(stdout) for row in table.rows]
+    assert 3 <= len(rows) < 28
+    assert len(output.read_text().splitlines()) == 1 + len(rows)
 
 
 def test_async_scan_counts_a_staging_copy_per_op_in_flight(tmp_path):
@@ -125,9 +173,10 @@ def test_async_scan_counts_a_staging_copy_per_op_in_flight(tmp_path):
     assert_no_traceback(result)
     tables = {table.op: table for table in result.tables}
     assert len(tables["all_reduce"].rows) == 23  # no staging copy: the whole scan
-    warnings = [line for line in result.stderr.splitlines() if "WARNING" in line]
-    assert [w.split(":")[2].strip() for w in warnings] == ["all_gather", "reduce_scatter"], result
-    for op, share in (("all_gather", 1 + 1 + 50), ("reduce_scatter", 1 + 1 + 50)):
-        stopped = 2 * 2 ** len(tables[op].rows)
-        match = re.search(rf"{op}: {stopped} elements of float per rank take (\d+) B", result.stderr)
-        assert match and int(match.group(1)) == stopped * 4 * share + 64 * MIB, result.stderr
+    caps = [CAP.fullmatch(line) for line in result.stderr.splitlines() if "the sweep stops" in line]
+    assert [cap.group(2) for cap in caps] == ["all_gather", "reduce_scatter"], result
+    for cap in caps:
+        op, usable, numel = cap.group(2), int(cap.group(3)), int(cap.group(5))
+        share = 1 + 1 + 50
+        assert numel == tables[op].rows[-1].numel
+        assert numel * 4 * share + 64 * MIB <= usable < 2 * numel * 4 * share + 64 * MIB

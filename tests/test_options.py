@@ -91,5 +91,5 @@ def test_out_of_memory_ends_the_op_cleanly():
     warnings = [line for line in proc.stderr.splitlines() if "out of memory" in line]
     assert warnings == [
         f"commbench: WARNING: {t.op}: out of memory at {2 ** (len(t.rows) + 1)} elements of float "
-        "per rank; stopping this op here (lower --mem-factor or --maxsize)" for t in tables]
+        "per rank; stopping this op here (lower --maxsize)" for t in tables]
     assert "Traceback" not in proc.stderr

@@ -8,6 +8,7 @@ communication stream, as DDP's); while backward still runs, the share of each bu
 that the run's --overlap measured as not hidden (100 - overlap %) adds to the step. What is left
 after T, plus that, is the exposed communication of the step. Standard library only."""
 
+import math
 from dataclasses import dataclass, field
 
 from .. import results
@@ -35,6 +36,7 @@ class Advice:
     backward_s: float
     element_size: int
     overlap_source: str  # where the hidden share came from
+    smallest: int = 1  # the smallest bucket size considered (bytes)
     rows: list = field(default_factory=list)  # measured sizes, ascending
     defaults: dict = field(default_factory=dict)  # name -> Row
     best: Row = None
@@ -53,29 +55,52 @@ def _hidden_share(points, size):
     return (below[-1] if below else points[0][1]) / 100
 
 
+def _busy_before(first, pace, each, count, backward_s):
+    """Seconds the communication stream is busy before `backward_s`, for `count` buckets of
+    `each` seconds that become ready at first, first + pace, ... (first = pace): closed form."""
+    if each >= pace:  # each bucket is ready before the one ahead of it ends: back to back
+        return max(0.0, min(first + count * each, backward_s) - first)
+    # each starts when it is ready, at i x pace, and runs `each`, or until backward ends
+    whole = min(count, max(0, math.floor((backward_s - each) / pace)))
+    rest = count - whole  # i = whole+1 .. count: cut at backward_s
+    return whole * each + rest * backward_s - pace * (count * (count + 1) - whole * (whole + 1)) / 2
+
+
 def evaluate(curves, grad_bytes, bucket, backward_s=None, overlap=None, measured=True):
-    """The Row of one bucket size."""
+    """The Row of one bucket size: closed-form in the number of buckets (G / b buckets of
+    16 B are millions; the curve is read twice, not once a bucket)."""
     full, rest = divmod(grad_bytes, bucket)
-    sizes = [bucket] * int(full) + ([rest] if rest else [])
-    times = [curves.time("all_reduce", s) for s in sizes]
-    row = Row(bucket, len(sizes), sum(t.seconds for t in times),
-              extrapolated=any(t.extrapolated for t in times), measured=measured)
+    full = int(full)
+    one = curves.time("all_reduce", bucket)
+    last = curves.time("all_reduce", rest) if rest else None
+    comm_s = full * one.seconds + (last.seconds if last else 0.0)
+    row = Row(bucket, full + (1 if rest else 0), comm_s,
+              extrapolated=one.extrapolated or bool(last and last.extrapolated),
+              measured=measured)
     if backward_s is not None:
         hidden = _hidden_share(overlap, bucket) if overlap else 1.0
-        end, slowed = 0.0, 0.0  # when the last bucket's all_reduce ends; backward's extra time
-        produced = 0
-        for size, estimate in zip(sizes, times):
-            produced += size
-            start = max(end, backward_s * produced / grad_bytes)
-            end = start + estimate.seconds
-            during = max(0.0, min(end, backward_s) - start)  # this bucket's time under backward
-            slowed += during * (1 - hidden)
+        tau, pace = one.seconds, backward_s * bucket / grad_bytes
+        # bucket i of the full ones is ready at i x pace; the stream ends it at
+        # max over j <= i of (j x pace + (i - j + 1) x tau): at j = 1 or j = i (linear in j)
+        end = max(pace + full * tau, full * pace + tau) if full else 0.0
+        slowed = _busy_before(pace, pace, tau, full, backward_s) * (1 - hidden) if full else 0.0
+        if last:  # ready when backward ends, so none of it runs under backward
+            end = max(end, backward_s) + last.seconds
         row.exposed_s = max(0.0, end - backward_s) + slowed
     return row
 
 
-def advise(path, grad_mb, backward_ms=None):
-    """The Advice for `grad_mb` MiB of gradients from the all_reduce curve in `path`."""
+def smallest_bucket(grad_bytes, min_bucket=None):
+    """The smallest bucket size the report considers: --min-bucket, else 1 MiB (DDP's first
+    bucket, the smallest it makes), or G/16 for gradients under 16 MiB."""
+    if min_bucket is not None:
+        return min_bucket
+    return min(MIB, max(1, grad_bytes // 16))
+
+
+def advise(path, grad_mb, backward_ms=None, min_bucket=None):
+    """The Advice for `grad_mb` MiB of gradients from the all_reduce curve in `path`, over the
+    measured sizes from smallest_bucket() up to the gradients."""
     try:
         meta, records = results.read(path)
     except (OSError, ValueError, KeyError, results.ResultsError) as error:
@@ -98,13 +123,16 @@ def advise(path, grad_mb, backward_ms=None):
               "none measured: buckets are assumed fully hidden while backward runs (run the "
               "scan with --overlap for the measured share)")
     element_size = int(mine[0].get("element_size") or 4)
-    advice = Advice(grad_bytes, backward_s, element_size, source)
+    lowest = smallest_bucket(grad_bytes, min_bucket)
+    advice = Advice(grad_bytes, backward_s, element_size, source, lowest)
     for size in sorted({r["size_bytes"] for r in mine}):
-        if size <= grad_bytes:
+        if lowest <= size <= grad_bytes:
             advice.rows.append(evaluate(curves, grad_bytes, size, backward_s, overlap))
     if not advice.rows:
-        raise ReportError(f"{path}: every measured size is larger than {grad_mb:g} MiB of "
-                          "gradients; scan smaller sizes or give more --grad-mb")
+        sizes = sorted({r["size_bytes"] for r in mine})
+        raise ReportError(f"{path}: no measured size from {_size(lowest)} to {grad_mb:g} MiB of "
+                          f"gradients (the curve has {_size(sizes[0])} to {_size(sizes[-1])}); "
+                          "give another --grad-mb or --min-bucket, or scan those sizes")
     for name, bucket in (("DDP default (bucket_cap_mb=25)", DDP_DEFAULT_BYTES),
                          (f"DeepSpeed reduce_bucket_size default (5e8 elements x "
                           f"{element_size} B)", DEEPSPEED_REDUCE_BUCKET_ELEMENTS * element_size)):
@@ -131,7 +159,9 @@ def render(advice):
     exposed = advice.backward_s is not None
     lines = [f"Gradients: {_size(advice.grad_bytes)} per step" +
              (f", backward {advice.backward_s * 1e3:g} ms" if exposed else "") +
-             (f"; hidden share: {advice.overlap_source}" if exposed else ""), ""]
+             (f"; hidden share: {advice.overlap_source}" if exposed else ""),
+             f"Measured bucket sizes from {_size(advice.smallest)} up to the gradients "
+             "(--min-bucket for smaller ones).", ""]
     head = f"{'bucket':>12} {'buckets':>8} {'comm/step (ms)':>15}"
     head += f" {'exposed/step (ms)':>18}" if exposed else ""
     lines += [head]
@@ -161,7 +191,9 @@ def render(advice):
 
 def plot(advice, output):
     """Communication and exposed time per step against bucket size."""
-    from .plot import pyplot, save
+    from matplotlib.ticker import FuncFormatter
+
+    from .plot import byte_label, pyplot, save
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(8, 4.5))
     sizes = [r.bucket for r in advice.rows]
@@ -173,8 +205,9 @@ def plot(advice, output):
     axis.axvline(advice.best.bucket, color="grey", linestyle="--",
                  label=f"best: {_size(advice.best.bucket)}")
     axis.set_xscale("log", base=2)
+    axis.xaxis.set_major_formatter(FuncFormatter(byte_label))
     axis.set_yscale("log")
-    axis.set_xlabel("bucket size (bytes)")
+    axis.set_xlabel("bucket size")
     axis.set_ylabel("ms per step")
     axis.set_title(f"{_size(advice.grad_bytes)} of gradients")
     axis.grid(True, alpha=0.3)

@@ -15,7 +15,7 @@ import json
 import math
 
 from ..numbers import t975
-from .runs import op_order
+from .runs import bandwidth, bandwidth_label, op_order
 
 SMALL = 64 * 1024  # below: latency-bound messages
 LARGE = 1024 * 1024  # from here: bandwidth-bound messages
@@ -163,7 +163,8 @@ def compare(a, b, threshold, noise=0.05):
                         "repeated windows, so these ratios carry no uncertainty (one window on a "
                         "shared machine can be off by 2x); run both with --repeat 5 for "
                         "intervals and significance")
-    return {"a": a.label, "b": b.label, "threshold": threshold, "noise_threshold": noise,
+    return {"a": a.label, "b": b.label, "bw_unit": a.bw_unit, "threshold": threshold,
+            "noise_threshold": noise,
             "repeated": repeated, "warnings": warnings, "ops": ops}
 
 
@@ -195,8 +196,9 @@ def render(report, form):
         return json.dumps(report, indent=1)
     lines = [f"A: {report['a']}", f"B: {report['b']}"]
     lines += [f"WARNING: {w}" for w in report["warnings"]]
-    heads = ["size", "duration A (us)", "duration B (us)", "B/A", "busbw A (GB/s)",
-             "busbw B (GB/s)"]
+    unit = report.get("bw_unit", "Gbps")
+    heads = ["size", "duration A (us)", "duration B (us)", "B/A",
+             f"busbw A ({bandwidth_label(unit)})", f"busbw B ({bandwidth_label(unit)})"]
     repeated = report.get("repeated")
     if repeated:
         heads.insert(4, "95% interval of B/A")
@@ -207,7 +209,7 @@ def render(report, form):
     def cells(r):
         row = [human_size(r["size"]), _us(r["duration_a"]), _us(r["duration_b"]),
                (f"{r['ratio']:.3f}" if r["ratio"] else "-") + (" *" if mark(r) else ""),
-               f"{r['busbw_a'] / 1e9:.3f}", f"{r['busbw_b'] / 1e9:.3f}"]
+               f"{bandwidth(r['busbw_a'], unit):.3f}", f"{bandwidth(r['busbw_b'], unit):.3f}"]
         if repeated:
             row.insert(4, f"[{r['ratio_ci'][0]:.3f}, {r['ratio_ci'][1]:.3f}]"
                        if "ratio_ci" in r else "-")
@@ -217,6 +219,10 @@ def render(report, form):
         means = [f"geometric mean B/A: small (< 64 KiB) "
                  f"{op['small_ratio']:.3f}" if op["small_ratio"] else "small: -",
                  f"large (>= 1 MiB) {op['large_ratio']:.3f}" if op["large_ratio"] else "large: -"]
+        middle = [r["size"] for r in op["rows"] if SMALL <= r["size"] < LARGE]
+        if middle:
+            means.append(f"{len(middle)} size{'s' if len(middle) > 1 else ''} from 64 KiB to "
+                         "under 1 MiB in neither group")
         lines.append(", ".join(means))
         for side, sizes in (("A", op["only_a"]), ("B", op["only_b"])):
             if sizes:
@@ -264,7 +270,7 @@ def layouts(run):
                 for size in sizes]
         ops.append({"op": op, "layouts": shown, "rows": rows,
                     "verdict": _layout_verdict(op, rows, shown)})
-    return {"run": run.label, "path": run.path, "ops": ops}
+    return {"run": run.label, "path": run.path, "bw_unit": run.bw_unit, "ops": ops}
 
 
 def _ratio(rows, slow, fast, where):
@@ -274,16 +280,29 @@ def _ratio(rows, slow, fast, where):
 
 
 def _layout_verdict(op, rows, shown):
+    """Where the time goes, pair by pair of the layouts measured: inter-host against intra-host
+    and the world against inter-host, or the world against intra-host when inter-host is
+    missing (a run stopped before it); at small and large messages, or over the sizes both
+    have when none falls in those groups."""
     parts = []
-    for slow, fast in (("inter", "intra"), ("world", "inter")):
+    pairs = [("inter", "intra"), ("world", "inter")]
+    if "inter" not in shown:
+        pairs.append(("world", "intra"))
+    for slow, fast in pairs:
         if slow not in shown or fast not in shown:
             continue
         large = _ratio(rows, slow, fast, lambda size: size >= LARGE)
         small = _ratio(rows, slow, fast, lambda size: size < SMALL)
-        if large is None and small is None:
-            continue
         figures = ", ".join(f"{ratio:.2f}x at {where} messages" for ratio, where in
                             ((large, "large"), (small, "small")) if ratio is not None)
+        if large is None and small is None:
+            both = [r["size"] for r in rows if r.get(slow) and r.get(fast)]
+            middle = _ratio(rows, slow, fast, lambda size: True)
+            if middle is None:
+                continue
+            figures = (f"{middle:.2f}x over the {len(both)} size{'s' if len(both) > 1 else ''} "
+                       f"both have ({human_size(min(both))} to {human_size(max(both))}, between "
+                       "the small and the large group)")
         parts.append(f"{_LAYOUT_NAMES[slow]} / {_LAYOUT_NAMES[fast]} time {figures}")
     if not parts:
         return f"{op}: no size measured in two layouts."
@@ -297,10 +316,11 @@ def render_layouts(report, form):
     for op in report["ops"]:
         shown = op["layouts"]
         heads = ["size"] + [f"{_LAYOUT_NAMES[k]} (us)" for k in shown] + \
-            [f"{_LAYOUT_NAMES[k]} busbw (GB/s)" for k in shown]
+            [f"{_LAYOUT_NAMES[k]} busbw ({bandwidth_label(report['bw_unit'])})" for k in shown]
         table = [[human_size(r["size"])] +
                  [_us(r[k]["duration"]) if r[k] else "-" for k in shown] +
-                 [f"{r[k]['busbw'] / 1e9:.3f}" if r[k] else "-" for k in shown]
+                 [f"{bandwidth(r[k]['busbw'], report['bw_unit']):.3f}" if r[k] else "-"
+                  for k in shown]
                  for r in op["rows"]]
         lines += _table(op["op"], heads, table, form)
         lines.append(op["verdict"])

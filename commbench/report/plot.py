@@ -1,10 +1,11 @@
 """`report.py plot`: bus bandwidth and latency against message size, one line per run.
 matplotlib is imported only here, when a plot is asked for."""
 
-from .runs import ReportError, op_order
+from .runs import ReportError, bandwidth, bandwidth_label, op_order
 
 
-def _byte_label(value, _position=None):
+def byte_label(value, _position=None):
+    """An axis tick in bytes a person reads: 512 B, 64 KiB, 16 MiB."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if value < 1024 or unit == "TiB":
             return f"{value:g} {unit}"
@@ -37,22 +38,24 @@ def plot(runs, output):
     ops = op_order(op for run in runs for op, data in run.ops.items() if any(s > 0 for s in data))
     if not ops:
         raise ReportError("nothing to plot: the runs hold no measurements")
+    unit = runs[0].bw_unit  # the first run's --bw-unit, as its table printed it
     figure, axes = plt.subplots(len(ops), 2, figsize=(12, 3.4 * len(ops)), squeeze=False)
-    for (bandwidth, latency), op in zip(axes, ops):
+    for (busbw, latency), op in zip(axes, ops):
         for run in runs:
             data = run.ops.get(op)
             if not data:
                 continue
             sizes = sorted(s for s in data if s > 0)
-            bandwidth.plot(sizes, [data[s].busbw / 1e9 for s in sizes], marker=".",
-                           label=run.label)
+            busbw.plot(sizes, [bandwidth(data[s].busbw, unit) for s in sizes], marker=".",
+                       label=run.label)
             latency.plot(sizes, [data[s].duration * 1e6 for s in sizes], marker=".",
                          label=run.label)
-        bandwidth.set_xscale("log", base=2)
+        busbw.set_xscale("log", base=2)
         latency.set_xscale("log", base=2)
         latency.set_yscale("log")
-        for axis, what in ((bandwidth, "bus bandwidth (GB/s)"), (latency, "latency (us)")):
-            axis.xaxis.set_major_formatter(FuncFormatter(_byte_label))
+        for axis, what in ((busbw, f"bus bandwidth ({bandwidth_label(unit)})"),
+                           (latency, "latency (us)")):
+            axis.xaxis.set_major_formatter(FuncFormatter(byte_label))
             axis.set_xlabel("message size per rank")
             axis.set_ylabel(what)
             axis.set_title(f"{op}: {what.split(' (')[0]}")

@@ -43,6 +43,19 @@ class Run:
     ops: dict = field(default_factory=dict)
     # op -> {size: [seconds of each window]}, for the sizes --repeat timed more than once
     windows: dict = field(default_factory=dict)
+    bw_unit: str = "Gbps"  # the unit the run printed bandwidth in (--bw-unit): reports keep it
+
+
+BW_UNITS = {"Gbps": (8e-9, "Gbps"), "GBps": (1e-9, "GB/s")}
+
+
+def bandwidth(bytes_per_second, unit):
+    """A bandwidth in bytes/s in the unit of --bw-unit (Gbps: bits, GBps: bytes; 1e9)."""
+    return bytes_per_second * BW_UNITS.get(unit, BW_UNITS["Gbps"])[0]
+
+
+def bandwidth_label(unit):
+    return BW_UNITS.get(unit, BW_UNITS["Gbps"])[1]
 
 
 def load_run(path):
@@ -57,13 +70,28 @@ def load_run(path):
     except results.ResultsError:
         kind = None
     if kind:
+        meta = _meta(path)
+        if meta.get("ops") == ["doctor"]:
+            raise ReportError(f"{path}: a doctor.py run (hosts and links, not sizes): "
+                              "`report.py plot` draws its heatmaps")
         return _from_results(path)
     if "---- Performance of" in text:
+        if re.search(r"^\s*```", text, re.M):  # README.md, a docs page: tables quoted in prose
+            raise ReportError(f"{path}: a document that quotes tables (in markdown code blocks), "
+                              "not a saved table of this suite; give a run's own stdout (> "
+                              "results.txt) or its --output file")
         return _from_table(path, text)
     if re.search(r"^\s*#\s*size\s+count\s+type", text, re.M) or "nccl-tests" in text.lower():
         return _from_nccl_tests(path, text)
     raise ReportError(f"{path}: neither a results file, a saved table of this suite, nor "
                       "nccl-tests output")
+
+
+def _meta(path):
+    try:
+        return results.read_all(path)[0] or {}
+    except (OSError, ValueError, KeyError, TypeError, results.ResultsError):
+        return {}
 
 
 def _label(meta, path):
@@ -92,7 +120,8 @@ def _from_results(path):
                   or r["dtype"] is not None}
         run = Run(path, _label(meta or records[0], path),
                   world_sizes.pop() if len(world_sizes) == 1 else None,
-                  next(iter(dtypes)) if len(dtypes) == 1 else None)
+                  next(iter(dtypes)) if len(dtypes) == 1 else None,
+                  bw_unit=(meta or {}).get("bw_unit") or "Gbps")
         for r in records:
             key = r["op"] if len(dtypes) < 2 or not r.get("dtype") else f"{r['op']} {r['dtype']}"
             key = layout_key(key, r.get("groups"))
@@ -148,6 +177,7 @@ def _from_table(path, text):
         if line.startswith("Size (Bytes)"):
             raw = "Duration (us)" in line
             scale = 8 if "(Gbps)" in line else 1
+            run.bw_unit = "Gbps" if scale == 8 else "GBps"
             continue
         fields = line.split()
         if op is None or len(fields) < 5:
@@ -187,7 +217,7 @@ def _from_nccl_tests(path, text):
                           "after it (e.g. all_reduce_perf.txt)")
     op = {"alltoall": "all_to_all", "sendrecv": "pt2pt"}.get(named.group(1), named.group(1))
     ranks = len(re.findall(r"^#\s+Rank\s+\d+", text, re.M)) or None
-    run = Run(path, f"nccl-tests n={ranks or '?'}", ranks)
+    run = Run(path, f"nccl-tests n={ranks or '?'}", ranks, bw_unit="GBps")  # it prints GB/s
     for line in text.splitlines():
         fields = line.split()
         if not fields or line.lstrip().startswith("#") or not fields[0].isdigit():

@@ -1,0 +1,78 @@
+"""The examples a user copies from the docs run as written, within the time their page states.
+
+A page marks such an example as a ```sh block (other blocks show output, or need a real
+cluster) and states its time in the sentence before it: "... (under 60 s on this 2-core
+machine)". Each block runs in bash at the repository's root, as a user runs it, with the venv's
+bin first on PATH, as after `. .venv/bin/activate`; it must exit 0 within the time stated.
+The files it writes there are removed after (a copy of the tree elsewhere would run DeepSpeed
+from another path, which makes torch rebuild its ops)."""
+
+import re
+import subprocess
+
+import pytest
+
+from conftest import ROOT, base_env, require_root
+
+PAGES = ["cluster.md", "verdicts.md", "overlap.md", "sweeps.md"]
+FENCE = re.compile(r"^\s*```(\w*)\s*$")
+CLAIM = re.compile(r"under (\d+) (s|seconds|min|minutes)\b")
+
+
+def examples(page):
+    """(line, claimed seconds, commands) of each ```sh block of docs/`page`."""
+    lines = (ROOT / "docs" / page).read_text().splitlines()
+    found, language, start, block = [], None, 0, []
+    for number, line in enumerate(lines, 1):
+        fence = FENCE.match(line)
+        if fence and language is None:
+            language, start, block = fence.group(1) or "plain", number, []
+        elif fence:
+            if language == "sh":
+                claims = CLAIM.findall(" ".join(lines[max(0, start - 6):start - 1]))
+                assert claims, f"docs/{page}:{start}: an example without its time (say " \
+                               "'under N s' just before it)"
+                value, unit = claims[-1]
+                found.append((start, int(value) * (60 if unit.startswith("min") else 1),
+                              "\n".join(block)))
+            language = None
+        elif language == "sh":
+            block.append(line)
+    return found
+
+
+ALL = [(page, line, seconds, commands) for page in PAGES
+       for line, seconds, commands in examples(page)]
+
+
+def test_every_page_has_examples():
+    assert {page for page, *_ in ALL} == set(PAGES), ALL
+
+
+@pytest.mark.parametrize("page,line,seconds,commands", ALL,
+                         ids=[f"{page}:{line}" for page, line, *_ in ALL])
+def test_docs_example_runs_as_written(page, line, seconds, commands):
+    if "sim-hosts.sh" in commands or "sim-slurm.sh" in commands:
+        require_root("simulated hosts need root (network namespaces)")
+    before = set(ROOT.iterdir())
+    script = "set -euo pipefail\n" + commands
+    try:
+        proc = subprocess.run(["bash", "-c", script], cwd=ROOT, env=base_env(),
+                              capture_output=True, text=True, timeout=seconds,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as expired:
+        pytest.fail(f"docs/{page}:{line}: did not finish within the {seconds} s the page "
+                    f"states\n{expired.stderr or ''}")
+    finally:
+        for name in re.findall(r"sim-slurm\.sh up (\w+)", commands):
+            subprocess.run([str(ROOT / "scripts" / "sim-slurm.sh"), "down", name],
+                           capture_output=True, timeout=60)
+        for name in re.findall(r"sim-hosts\.sh up (\w+)", commands):
+            subprocess.run([str(ROOT / "scripts" / "sim-hosts.sh"), "down", name],
+                           capture_output=True, timeout=60)
+        for made in set(ROOT.iterdir()) - before:  # what the example wrote
+            if made.is_file():
+                made.unlink()
+    assert proc.returncode == 0, f"docs/{page}:{line}\n{commands}\n--- stdout\n" \
+                                 f"{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+    assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
