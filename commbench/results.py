@@ -181,7 +181,14 @@ class JsonWriter:
 
 
 def read(path):
-    """(meta, records) from a results file of any of the three formats."""
+    """(meta, records) from a results file of any of the three formats: the measured sizes
+    (records of other kinds, doctor.py's, are left to read_all)."""
+    meta, records = read_all(path)
+    return meta, [r for r in records if r.get("type", "result") == "result"]
+
+
+def read_all(path):
+    """(meta, every record) of a results file, whatever its type (result, doctor, verdict)."""
     kind = output_format(path)
     with open(path, newline="" if kind == ".csv" else None) as handle:
         text = handle.read()
@@ -191,7 +198,7 @@ def read(path):
     if kind == ".jsonl":
         lines = [json.loads(line) for line in text.splitlines() if line.strip()]
         meta = next((line for line in lines if line.get("type") == "meta"), {})
-        return meta, [line for line in lines if line.get("type") == "result"]
+        return meta, [line for line in lines if line.get("type") != "meta"]
     rows = list(csv.DictReader(io.StringIO(text)))
     return {}, [_typed_csv_row(row) for row in rows]
 

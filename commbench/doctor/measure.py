@@ -1,0 +1,180 @@
+"""What a check measures, each as R windows of T trials (as --repeat: the window is the unit of
+repetition, and the figure carries a 95% interval over the windows):
+
+- a host's ranks among themselves (when a host has several): an all_reduce of the large
+  message (bus bandwidth) and of the small one (latency) in the host's own group, every host at
+  once;
+- a pair of hosts, through one rank of each in a group of two: the small message's one-way
+  latency (ping-pong, half the round trip), the large message's bandwidth each way in turn
+  (timed by the receiver), and both ways at once (both directions counted, as osu_bibw).
+
+Figures are in seconds and bytes per second; the host clock times CPU ranks, and an
+accelerator is synchronised before the clock is read."""
+
+import statistics
+import time
+
+import torch
+import torch.distributed
+
+from ..timing import interval
+
+
+def _windows(run_window, repeat):
+    """(mean, [low, high]) of `repeat` windows, each run_window() seconds a trial."""
+    values = [run_window() for _ in range(repeat)]
+    mean, low, high = interval(values, [1] * len(values))
+    return mean, [low, high]
+
+
+def _bandwidth(nbytes, seconds):
+    mean, (low, high) = seconds
+    return nbytes / mean, [nbytes / high, nbytes / low if low > 0 else None]
+
+
+class Pair:
+    """Rank `me` and rank `peer` (global ranks) of a group of two; `first`: this is the lower
+    host's rank, which keeps the figures."""
+
+    def __init__(self, comm, group, me, peer, small_bytes, large_bytes):
+        self.comm, self.group, self.me, self.peer = comm, group, me, peer
+        self.first = me < peer
+        device = comm.device
+        self.small = torch.ones(max(1, small_bytes // 4), dtype=torch.float32, device=device)
+        self.large = torch.ones(max(1, large_bytes // 4), dtype=torch.float32, device=device)
+        self.large_in = torch.empty_like(self.large)
+        self.small_bytes, self.large_bytes = self.small.nbytes, self.large.nbytes
+        self.token = torch.zeros(1, dtype=torch.float32, device=device)
+
+    def _send(self, tensor):
+        torch.distributed.send(tensor, self.peer, group=self.group)
+
+    def _recv(self, tensor):
+        torch.distributed.recv(tensor, self.peer, group=self.group)
+
+    def _sync(self):
+        """Both ranks at the same point: a token there and back."""
+        if self.first:
+            self._send(self.token)
+            self._recv(self.token)
+        else:
+            self._recv(self.token)
+            self._send(self.token)
+        self.comm.synchronize()
+
+    def ping_pong(self, trials):
+        """Seconds one way for the small message: the median round trip of `trials`, halved,
+        on the first rank (a median: a descheduled rank makes one round trip 10x slower, not
+        the link), shared with the second."""
+        self._sync()
+        trips = []
+        for _ in range(trials):
+            started = time.perf_counter()
+            if self.first:
+                self._send(self.small)
+                self._recv(self.small)
+            else:
+                self._recv(self.small)
+                self._send(self.small)
+            self.comm.synchronize()
+            trips.append(time.perf_counter() - started)
+        mine = statistics.median(trips) / 2 if self.first else 0.0
+        return self._share(mine)
+
+    def one_way(self, trials, sender_is_first):
+        """Seconds a large message from one rank to the other, timed by the receiver from the
+        end of the sync (the sender starts within one small message's latency of it) to the
+        last message's arrival."""
+        sending = self.first == sender_is_first
+        self._sync()
+        started = time.perf_counter()
+        if sending:
+            for _ in range(trials):
+                self._send(self.large)
+            self.comm.synchronize()
+            seconds = 0.0
+        else:
+            for _ in range(trials):
+                self._recv(self.large_in)
+            self.comm.synchronize()
+            seconds = (time.perf_counter() - started) / trials
+        return self._share(seconds)
+
+    def both_ways(self, trials):
+        """Seconds for a large message each way at once (the slower rank's window)."""
+        self._sync()
+        started = time.perf_counter()
+        for _ in range(trials):
+            works = [torch.distributed.isend(self.large, self.peer, group=self.group),
+                     torch.distributed.irecv(self.large_in, self.peer, group=self.group)]
+            for work in works:
+                work.wait()
+        self.comm.synchronize()
+        return self._share((time.perf_counter() - started) / trials, take=max)
+
+    def _share(self, seconds, take=sum):
+        """Both ranks' figure: the receiver's (the other sends 0), or the slower of both."""
+        mine = torch.tensor([seconds], dtype=torch.float64, device=self.comm.device)
+        theirs = torch.empty_like(mine)
+        if self.first:
+            self._send(mine)
+            self._recv(theirs)
+        else:
+            self._recv(theirs)
+            self._send(mine)
+        return take([float(mine.item()), float(theirs.item())])
+
+    def latency(self, trials, repeat, warmups):
+        """The small message's figures, as a record's fields (every pair of a round measures
+        its latency at once, before any of them moves large messages)."""
+        for _ in range(max(1, warmups)):
+            self.ping_pong(trials)  # whole untimed windows: the first round trips of a new
+            # group wake its threads and fault its buffers in, at 10x a settled one
+        latency, latency_ci = _windows(lambda: self.ping_pong(trials), repeat)
+        return {"latency_s": latency, "latency_ci_s": [max(0.0, latency_ci[0]), latency_ci[1]],
+                "small_bytes": self.small_bytes, "trials": trials}
+
+    def bandwidth(self, trials, repeat, window_s=0.25):
+        """The large message's figures, as a record's fields. A window is about `window_s`
+        long (at most trials/5 messages, at least one): a slow link, the finding a check looks
+        for, must not make the check slow."""
+        pace = max(self.one_way(1, True), self.one_way(1, False))  # the same on both ranks
+        bw_trials = max(1, min(max(2, trials // 5), int(window_s / pace) if pace > 0 else 1))
+        forward = _bandwidth(self.large_bytes, _windows(lambda: self.one_way(bw_trials, True),
+                                                        repeat))
+        backward = _bandwidth(self.large_bytes, _windows(lambda: self.one_way(bw_trials, False),
+                                                         repeat))
+        both = _bandwidth(2 * self.large_bytes, _windows(lambda: self.both_ways(bw_trials),
+                                                         repeat))
+        return {"forward_Bps": forward[0], "forward_ci_Bps": forward[1],
+                "backward_Bps": backward[0], "backward_ci_Bps": backward[1],
+                "both_Bps": both[0], "both_ci_Bps": both[1], "large_bytes": self.large_bytes,
+                "bandwidth_trials": bw_trials, "windows": repeat}
+
+
+def intra_host(comm, group, size, small_bytes, large_bytes, trials, repeat, warmups):
+    """A host's ranks among themselves, as its first rank times them: all_reduce bus bandwidth
+    of the large message and the small message's time, as record fields."""
+    device = comm.device
+    large = torch.ones(max(size, large_bytes // 4), dtype=torch.float32, device=device)
+    small = torch.ones(max(1, small_bytes // 4), dtype=torch.float32, device=device)
+
+    def window(tensor, count):
+        torch.distributed.barrier(group=group)
+        comm.synchronize()
+        started = time.perf_counter()
+        for _ in range(count):
+            torch.distributed.all_reduce(tensor, group=group)
+        comm.synchronize()
+        return (time.perf_counter() - started) / count
+
+    for _ in range(max(1, warmups)):
+        window(small, 1)
+        window(large, 1)
+    latency, latency_ci = _windows(lambda: window(small, trials), repeat)
+    seconds = _windows(lambda: window(large, max(2, trials // 5)), repeat)
+    factor = 2 * (size - 1) / size  # all_reduce's bus bandwidth (S/t)·2(n−1)/n
+    busbw = _bandwidth(large.nbytes * factor, seconds)
+    return {"busbw_Bps": busbw[0], "busbw_ci_Bps": busbw[1], "latency_s": latency,
+            "latency_ci_s": latency_ci, "small_bytes": small.nbytes, "large_bytes": large.nbytes,
+            "trials": trials, "windows": repeat}

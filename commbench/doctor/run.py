@@ -1,0 +1,352 @@
+"""doctor.py from start to verdict: the command line, the hosts, the three phases (within each
+host, every pair of hosts in rounds, the retest of suspects), the verdict and the exit status.
+
+Every rank runs the same steps; the ranks meet between steps at the rendezvous store
+(control.py), never in a collective of the whole world, so a host that dies mid-check is named
+unreachable and the rest goes on. One rank per host (its first) measures the pairs."""
+
+import argparse
+import os
+import platform
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed
+
+import constants
+
+from .. import results
+from ..comm import init_comm
+from ..errors import BenchmarkError, UsageError
+from ..flags import Parser
+from ..numbers import byte_count, float_in, int_at_least
+from ..table import emit, note
+from . import measure, render, schedule, verdict
+from .control import Control
+
+DEFAULT_MIN_FRACTION = 0.5
+
+
+class _Parser(Parser):
+    def error(self, message):
+        raise UsageError(f"{message} (see --help)")
+
+
+def _fraction(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text}")
+    return value
+
+
+def _floor(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not value >= 0 or value != value:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def parser():
+    p = _Parser(prog="doctor.py",
+                description="Check a cluster's hosts and links: each host's ranks among "
+                            "themselves, every pair of hosts both ways, a verdict naming the "
+                            "slow or broken host or link. Exit 0 healthy, 1 anything suspect "
+                            "or unreachable, 2 bad usage.")
+    p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
+                   help="set by launchers; default: from the launcher's environment")
+    p.add_argument("--min-fraction", type=_fraction, default=DEFAULT_MIN_FRACTION, metavar="F",
+                   help="a host or link below F of its peers' median bandwidth (or above 1/F of "
+                        "their latency), and beyond 3 robust deviations of them, is suspect "
+                        f"(default {DEFAULT_MIN_FRACTION})")
+    p.add_argument("--expect-gbps", type=_floor, default=None, metavar="GBPS",
+                   help="also suspect any link (one way) or host (bus bandwidth) below this many "
+                        "Gbps, whatever its peers do")
+    p.add_argument("--expect-latency-us", type=_floor, default=None, metavar="US",
+                   help="also suspect any link whose small-message latency is above this")
+    p.add_argument("--small-bytes", type=byte_count, default=8, metavar="BYTES",
+                   help="the latency message (default 8)")
+    p.add_argument("--large-bytes", type=byte_count, default=16 << 20, metavar="BYTES",
+                   help="the bandwidth message (default 16M)")
+    p.add_argument("--trials", type=int_at_least(1), default=20,
+                   help="trials of a latency window (bandwidth windows: a fifth, at least 2; "
+                        "default 20)")
+    p.add_argument("--warmups", type=int_at_least(0), default=2,
+                   help="untimed rounds before each measurement (default 2)")
+    p.add_argument("--repeat", type=int_at_least(2), default=3, metavar="R",
+                   help="windows per figure, for its 95%% interval (default 3)")
+    p.add_argument("--retest", type=int_at_least(0), default=2, metavar="K",
+                   help="re-measure each suspect host against K hosts judged good before naming "
+                        "it (default 2; 0: name first-pass suspects)")
+    p.add_argument("--bw-unit", choices=constants.BW_UNITS, default=constants.DEFAULT_UNIT)
+    p.add_argument("--backend", choices=constants.BACKENDS, default=constants.DEFAULT_BACKEND,
+                   help="communication backend (default: detected from the device)")
+    p.add_argument("--dist", choices=constants.DISTS, default=constants.DEFAULT_DIST,
+                   help="communication layer to start (default %(default)s)")
+    p.add_argument("--device", default=constants.DEFAULT_DEVICE,
+                   help="cuda, cpu, ... (default: detected)")
+    p.add_argument("--timeout", type=float_in(0, 1e6, "a positive number of seconds"),
+                   default=120, metavar="SECONDS",
+                   help="seconds a rank waits for a peer; a host that does not answer within it "
+                        "is named unreachable (default %(default)s)")
+    p.add_argument("--output", metavar="PATH",
+                   help="write a meta record, a record per measurement and the verdict to PATH "
+                        "(.jsonl or .json)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --output file")
+    return p
+
+
+def parse(argv=None):
+    args = parser().parse_args(argv)
+    # What the suite's start-up reads of an op script's flags, fixed for the doctor.
+    args.dtype, args.op, args.pin, args.groups = "float32", "sum", False, None
+    if args.output:
+        kind = results.output_format(args.output)
+        if kind == ".csv":
+            raise UsageError("--output: doctor.py writes .jsonl or .json (its records are not a "
+                             "table of sizes)")
+    return args
+
+
+class Check:
+    """One check's state on this rank."""
+
+    def __init__(self, comm, args):
+        self.comm, self.args = comm, args
+        names = list(dict.fromkeys(comm.hostnames))
+        self.hosts = names
+        self.ranks = [[r for r, h in enumerate(comm.hostnames) if h == name] for name in names]
+        counts = {len(ranks) for ranks in self.ranks}
+        if len(counts) > 1:
+            shape = ", ".join(f"{h} {len(r)}" for h, r in zip(names, self.ranks))
+            raise UsageError(f"uneven ranks per host ({shape}): start the same number of ranks "
+                             "on every host")
+        self.my_host = names.index(comm.hostnames[comm.global_rank])
+        self.leader = self.ranks[self.my_host][0] == comm.global_rank
+        self.control = Control(comm, args.timeout)
+        self.figures = verdict.Figures(
+            names, args.min_fraction, args.bw_unit,
+            expect_Bps=args.expect_gbps * 1e9 / 8 if args.expect_gbps else None,
+            expect_latency_s=args.expect_latency_us * 1e-6 if args.expect_latency_us else None)
+        self.writer = None
+        self.timeout = timedelta(seconds=args.timeout)
+        self.groups = self._make_groups()
+
+    # ------------------------------------------------------------------ steps
+
+    def _dead_hosts(self):
+        return {self.comm.hostnames[r] for r in self.control.gone}
+
+    def _sync(self, name):
+        """Every live rank at `name`; hosts of ranks that never came are unreachable."""
+        new = self.control.step(name)
+        for rank in sorted(new):
+            host = self.hosts.index(self.comm.hostnames[rank])
+            if host not in self.figures.unreachable:
+                self.figures.unreachable.add(host)
+                self.figures.unreachable_why[host] = (
+                    f"rank {rank} did not answer within --timeout {self.args.timeout:g} s "
+                    f"({_step_words(name)})")
+                self.say(f"host {self.hosts[host]} is unreachable: "
+                         f"{self.figures.unreachable_why[host]}; the check goes on without it")
+
+    def say(self, line):
+        note(self.comm, line)
+
+    def _make_groups(self):
+        """Every group the check may use, made now, while every host answers, by every rank in
+        the same order (torch names a group by its ranks and by how many groups the process
+        already has: ranks that made groups in different orders wait for each other forever;
+        PARAM's replay met the same): each host's ranks, then one rank of each pair of hosts."""
+        wanted = []
+        if len(self.ranks[0]) > 1:
+            wanted += [tuple(ranks) for ranks in self.ranks]
+        leaders = [ranks[0] for ranks in self.ranks]
+        wanted += [(leaders[a], leaders[b]) for pairs in schedule.round_robin(len(self.hosts))
+                   for a, b in pairs]
+        return {ranks: torch.distributed.new_group(list(ranks), timeout=self.timeout)
+                for ranks in wanted}
+
+    def _group(self, ranks):
+        return self.groups[tuple(ranks)]
+
+    def within_hosts(self, phase="intra"):
+        """Phase 1 (and its retest): every host's ranks among themselves, all hosts at once."""
+        mine = self.ranks[self.my_host]
+        try:
+            group = self._group(mine)
+            figures = measure.intra_host(self.comm, group, len(mine), self.args.small_bytes,
+                                         self.args.large_bytes, self.args.trials,
+                                         self.args.repeat, self.args.warmups)
+            if self.leader:
+                self.control.post(f"{phase}/{self.my_host}", figures)
+        except RuntimeError as error:
+            if self.leader:
+                self.control.post(f"{phase}/{self.my_host}", {"failed": _first_line(error)})
+        self._sync(phase)
+        if self.comm.global_rank == 0:
+            table = self.figures.hosts if phase == "intra" else self.figures.hosts_retest
+            for host in range(len(self.hosts)):
+                found = self.control.fetch(f"{phase}/{host}", timeout=0) \
+                    if host not in self.figures.unreachable else None
+                if found and "failed" not in found:
+                    table[host] = verdict.Host(found["busbw_Bps"], found["latency_s"])
+                self._record({"phase": phase, "host": self.hosts[host],
+                              "ranks": self.ranks[host], **(found or {"failed": "no answer"})})
+
+    def pairs(self, rounds, phase):
+        """Phase 2 (and 3, the retest): each round's pairs at once, one rank of each host; all
+        pairs of a round measure latency, then (after a step) bandwidth, so that no pair's
+        small messages wait behind another pair's large ones for a CPU or a switch."""
+        for number, pairs in enumerate(rounds):
+            partner = next((b if a == self.my_host else a for a, b in pairs
+                            if self.my_host in (a, b)), None)
+            mine = self.leader and partner is not None and partner not in self.figures.unreachable
+            found, pair = {}, None
+            if mine:
+                me, peer = self.comm.global_rank, self.ranks[partner][0]
+                pair = measure.Pair(self.comm, self._group(sorted((me, peer))), me, peer,
+                                    self.args.small_bytes, self.args.large_bytes)
+                try:
+                    found = pair.latency(self.args.trials, self.args.repeat, self.args.warmups)
+                except RuntimeError as error:
+                    found, pair = {"failed": _first_line(error)}, None
+            self._sync(f"{phase}-{number}-latency")
+            if pair is not None and partner not in self.figures.unreachable:
+                try:
+                    found.update(pair.bandwidth(self.args.trials, self.args.repeat))
+                except RuntimeError as error:
+                    found = {"failed": _first_line(error)}
+            if mine and self.my_host < partner:
+                self.control.post(f"{phase}/{self.my_host}-{partner}", {"round": number, **found})
+            self._sync(f"{phase}-{number}")
+            if self.comm.global_rank == 0:
+                for a, b in pairs:
+                    found = self.control.fetch(f"{phase}/{a}-{b}", timeout=0)
+                    self._take(phase, a, b, found or {"round": number, "failed": "no answer"})
+
+    def _take(self, phase, a, b, found):
+        if "failed" not in found:
+            link = verdict.Link(found["latency_s"], found["forward_Bps"], found["backward_Bps"],
+                                found["both_Bps"])
+            (self.figures.retests if phase == "retest" else self.figures.links)[(a, b)] = link
+        self._record({"phase": phase, "hosts": [self.hosts[a], self.hosts[b]],
+                      "ranks": [self.ranks[a][0], self.ranks[b][0]], **found})
+
+    def _record(self, record):
+        if self.writer is not None:
+            self.writer.add({"type": "doctor", **record})
+
+
+def _step_words(name):
+    """`pairs-1` -> `round 2 of the pairs`; `intra` -> `within the hosts`."""
+    phase, _, rest = name.partition("-")
+    number = rest.split("-")[0]
+    if not number.isdigit():
+        return "within the hosts" + (", retest" if rest else "")
+    return f"round {int(number) + 1} of the {'retests' if phase == 'retest' else 'pairs'}"
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:300]
+
+
+def meta(args, comm, check):
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    if "deepspeed" in sys.modules:
+        versions["deepspeed"] = sys.modules["deepspeed"].__version__
+    return {"ops": ["doctor"], "dist": comm.name, "backend": comm.backend,
+            "device": comm.device.type, "world_size": comm.world_size,
+            "hostnames": comm.hostnames, "hosts": check.hosts,
+            "ranks_per_host": len(check.ranks[0]), "bw_unit": args.bw_unit,
+            "doctor": {"min_fraction": args.min_fraction, "expect_gbps": args.expect_gbps,
+                       "expect_latency_us": args.expect_latency_us,
+                       "small_bytes": args.small_bytes, "large_bytes": args.large_bytes,
+                       "trials": args.trials, "warmups": args.warmups, "repeat": args.repeat,
+                       "retest": args.retest, "timeout": args.timeout},
+            "startup": comm.startup, "versions": versions,
+            "command": [sys.executable] + sys.argv,
+            "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def main(local_rank, args):
+    """The check; returns the exit status (0 healthy, 1 anything suspect or unreachable)."""
+    started = time.monotonic()
+    comm = init_comm(local_rank, args)
+    check = Check(comm, args)
+    failure = None
+    if comm.global_rank == 0 and args.output:
+        try:
+            path = results.free_path(args.output, args.overwrite)
+            check.writer = results.open_writer(path, meta(args, comm, check))
+            if path != args.output:
+                note(comm, f"{args.output} exists; writing {path} (--overwrite replaces it)")
+        except results.ResultsError as error:
+            failure = str(error)
+    if comm.any_rank(failure is not None):
+        raise BenchmarkError(failure or "rank 0 cannot write the results file")
+    hosts, per_host = len(check.hosts), len(check.ranks[0])
+    rounds = schedule.round_robin(hosts)
+    note(comm, f"doctor: {hosts} host{'s' if hosts > 1 else ''} x {per_host} rank"
+               f"{'s' if per_host > 1 else ''}; " +
+               ("within each host, then " if per_host > 1 else "") +
+               (f"{hosts * (hosts - 1) // 2} pairs of hosts in {len(rounds)} rounds"
+                if hosts > 1 else "no links between hosts to check (one host)"))
+    if per_host > 1:
+        check.within_hosts()
+    check.pairs(rounds, "pairs")
+    # The verdict's first pass on rank 0; the suspects' retests, which every rank runs.
+    judgement = None
+    plan = {"intra": False, "pairs": []}
+    if comm.global_rank == 0:
+        judgement = verdict.first_pass(check.figures)
+        if args.retest:
+            # One pair at a time: a retest is a second opinion, taken with nothing else on the
+            # hosts' CPUs and links (few pairs: the suspects').
+            plan = {"intra": any(f.kind == "host" and f.intra for f in judgement.suspects),
+                    "pairs": [[pair] for pair in verdict.retest_pairs(check.figures, judgement,
+                                                                      args.retest)]}
+        check.control.post("retest-plan", plan)
+    else:
+        plan = check.control.fetch("retest-plan", timeout=2 * args.timeout + 30) or plan
+    if plan["intra"]:
+        check.within_hosts("intra-retest")
+    rounds = [[tuple(pair) for pair in pairs] for pairs in plan["pairs"]]
+    if rounds:
+        check.pairs(rounds, "retest")
+    status = 0
+    if comm.global_rank == 0:
+        verdict.confirm(check.figures, judgement)
+        for line in render.report(check.figures, judgement, per_host):
+            emit(sys.stdout, line)
+        for line in render.findings(check.figures, judgement):
+            emit(sys.stderr, f"commbench: {line}")
+        final = render.verdict_record(check.figures, judgement)
+        final["seconds"] = time.monotonic() - started
+        if check.writer is not None:
+            check.writer.add(final)
+            check.writer.close()
+        status = 0 if final["healthy"] else 1
+        check.control.post("status", status)
+        # Rank 0 holds the store: it stays until every live rank has read the status.
+        check.control.wait_for([f"done/{r}" for r in range(1, comm.world_size)
+                                if r not in check.control.gone])
+    else:
+        status = check.control.fetch("status", timeout=2 * args.timeout + 30)
+        status = 1 if status is None else status
+        check.control.post(f"done/{comm.global_rank}", 1)
+    if check.figures.unreachable or check.control.gone:
+        # A lost peer: tearing the process group down could wait on it; the result is out.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status

@@ -1,0 +1,311 @@
+"""From figures to findings, with robust statistics: each host and each link against the median
+of its peers (median and MAD, not mean and standard deviation: one bad host must not drag the
+yardstick it is measured with). A host whose links are all slow is the suspect, not its
+partners; a single slow pair, between hosts that are fast with everyone else, is a suspect
+link. Suspects are re-measured against hosts already judged good before they are named.
+
+A figure is an outlier when it is beyond both `fraction` of its peers' median (the threshold a
+user sets: --min-fraction) and three robust standard deviations (1.4826 MAD) from it (so that
+among peers that spread widely, ordinary spread is not a finding)."""
+
+import statistics
+from dataclasses import dataclass, field
+
+MAD_SCALE = 1.4826  # MAD x this estimates the standard deviation of a normal sample
+SPREAD = 3.0
+
+
+@dataclass
+class Link:
+    """One pair's figures: one-way latency (ping-pong / 2) and bandwidth each way and both at
+    once, in seconds and bytes per second; None where not measured (a peer that failed)."""
+    latency_s: float = None
+    forward_Bps: float = None  # the lower host to the higher
+    backward_Bps: float = None
+    both_Bps: float = None  # both directions at once, both counted
+
+    @property
+    def bandwidth(self):
+        """The link's bandwidth for the verdict: its slower direction."""
+        ways = [w for w in (self.forward_Bps, self.backward_Bps) if w is not None]
+        return min(ways) if ways else None
+
+
+@dataclass
+class Host:
+    """A host's ranks among themselves: all_reduce bus bandwidth and small-message latency."""
+    busbw_Bps: float = None
+    latency_s: float = None
+
+
+@dataclass
+class Finding:
+    kind: str  # host, link, unreachable
+    hosts: tuple  # host indices
+    text: str  # the sentence, with host names
+    retested: bool = False
+    intra: bool = False  # a host found slow among its own ranks (retested the same way)
+
+
+@dataclass
+class Judgement:
+    suspects: list = field(default_factory=list)  # Findings of the first pass (to retest)
+    findings: list = field(default_factory=list)  # confirmed
+    cleared: list = field(default_factory=list)  # sentences: suspects a retest cleared
+
+
+def robust(values):
+    """(median, MAD) of `values`."""
+    middle = statistics.median(values)
+    return middle, statistics.median(abs(v - middle) for v in values)
+
+
+def low(value, peers, fraction):
+    """Whether `value` lies below its peers (a bandwidth): under fraction x their median and
+    under median - 3 robust deviations. (False without peers.)"""
+    if value is None or not peers:
+        return False
+    middle, mad = robust(peers)
+    return value < min(fraction * middle, middle - SPREAD * MAD_SCALE * mad)
+
+
+def high(value, peers, fraction):
+    """Whether `value` lies above its peers (a latency): over their median / fraction and over
+    median + 3 robust deviations."""
+    if value is None or not peers:
+        return False
+    middle, mad = robust(peers)
+    return value > max(middle / fraction, middle + SPREAD * MAD_SCALE * mad)
+
+
+class Figures:
+    """Everything measured, with the units and names to speak of it."""
+
+    def __init__(self, names, fraction, unit="Gbps", expect_Bps=None, expect_latency_s=None):
+        self.names = names
+        self.fraction = fraction
+        self.unit = unit
+        self.expect_Bps = expect_Bps
+        self.expect_latency_s = expect_latency_s
+        self.hosts = {}  # index -> Host
+        self.hosts_retest = {}  # index -> Host, the within-host phase again (intra suspects)
+        self.links = {}  # (i, j) -> Link, first pass
+        self.retests = {}  # (i, j) -> Link
+        self.unreachable = set()
+        self.unreachable_why = {}  # host -> why it is taken as unreachable
+
+    def bw(self, value):
+        scale, label = (8e-9, "Gbps") if self.unit == "Gbps" else (1e-9, "GB/s")
+        return f"{value * scale:.3g} {label}"
+
+    @staticmethod
+    def us(seconds):
+        return f"{seconds * 1e6:.1f} us"
+
+    def pair(self, i, j):
+        return f"{self.names[i]}-{self.names[j]}"
+
+    def link(self, i, j, retest=False):
+        table = self.retests if retest else self.links
+        return table.get((min(i, j), max(i, j)))
+
+    def links_of(self, host, without=()):
+        return {other: link for (i, j), link in self.links.items()
+                for other in ((j,) if i == host else (i,) if j == host else ())
+                if other not in without}
+
+    def host_link_figures(self, host):
+        """(median bandwidth, median latency) of a host's links, or (None, None)."""
+        mine = list(self.links_of(host).values())
+        bws = [link.bandwidth for link in mine if link.bandwidth is not None]
+        lats = [link.latency_s for link in mine if link.latency_s is not None]
+        return (statistics.median(bws) if bws else None,
+                statistics.median(lats) if lats else None)
+
+
+def first_pass(figures):
+    """Suspect hosts and links from the first round of measurements."""
+    judgement = Judgement()
+    fraction = figures.fraction
+    reachable = [h for h in range(len(figures.names)) if h not in figures.unreachable]
+    suspect_hosts = {}
+    # A host against the others: its own ranks together, then its links' medians.
+    intra = {h: figures.hosts[h] for h in reachable if h in figures.hosts}
+    for h, host in intra.items():
+        others = [o for k, o in intra.items() if k != h]
+        if low(host.busbw_Bps, [o.busbw_Bps for o in others if o.busbw_Bps], fraction):
+            middle = statistics.median(o.busbw_Bps for o in others if o.busbw_Bps)
+            suspect_hosts[h] = (f"its ranks' all_reduce bus bandwidth {figures.bw(host.busbw_Bps)}"
+                                f" is {host.busbw_Bps / middle:.2f}x the other hosts' median "
+                                f"{figures.bw(middle)}")
+        elif high(host.latency_s, [o.latency_s for o in others if o.latency_s], fraction):
+            middle = statistics.median(o.latency_s for o in others if o.latency_s)
+            suspect_hosts[h] = (f"its ranks' small all_reduce takes {figures.us(host.latency_s)}"
+                                f", {host.latency_s / middle:.1f}x the other hosts' median "
+                                f"{figures.us(middle)}")
+        elif figures.expect_Bps and host.busbw_Bps is not None and \
+                host.busbw_Bps < figures.expect_Bps:
+            suspect_hosts[h] = (f"its ranks' all_reduce bus bandwidth {figures.bw(host.busbw_Bps)}"
+                                f" is below the {figures.bw(figures.expect_Bps)} expected")
+    scores = {h: figures.host_link_figures(h) for h in reachable}
+    for h in reachable:
+        if h in suspect_hosts:
+            continue
+        bw, lat = scores[h]
+        peers = [scores[k] for k in reachable if k != h]
+        if low(bw, [p[0] for p in peers if p[0] is not None], fraction):
+            middle = statistics.median(p[0] for p in peers if p[0] is not None)
+            suspect_hosts[h] = (f"its links' bandwidth {figures.bw(bw)} (median of "
+                                f"{len(figures.links_of(h))}) is {bw / middle:.2f}x the other "
+                                f"hosts' median {figures.bw(middle)}")
+        elif high(lat, [p[1] for p in peers if p[1] is not None], fraction):
+            middle = statistics.median(p[1] for p in peers if p[1] is not None)
+            suspect_hosts[h] = (f"its links' latency {figures.us(lat)} (median of "
+                                f"{len(figures.links_of(h))}) is {lat / middle:.1f}x the other "
+                                f"hosts' median {figures.us(middle)}")
+        elif figures.expect_Bps and bw is not None and len(reachable) > 2 and all(
+                link.bandwidth is not None and link.bandwidth < figures.expect_Bps
+                for link in figures.links_of(h).values()):
+            suspect_hosts[h] = (f"every link of it is below the {figures.bw(figures.expect_Bps)} "
+                                f"expected (median {figures.bw(bw)})")
+    for h, why in suspect_hosts.items():
+        judgement.suspects.append(Finding("host", (h,), why, intra=why.startswith("its ranks'")))
+    # A link against both its hosts' other links, when neither host explains it.
+    for (i, j), link in sorted(figures.links.items()):
+        if i in suspect_hosts or j in suspect_hosts:
+            continue
+        why = _link_outlier(figures, i, j, link)
+        if why:
+            judgement.suspects.append(Finding("link", (i, j), why))
+    return judgement
+
+
+def _link_outlier(figures, i, j, link):
+    """Why link (i, j) is slow against both its hosts' other links, or None."""
+    fraction = figures.fraction
+    refs_bw, refs_lat = [], []
+    for host, other in ((i, j), (j, i)):
+        others = [lk for k, lk in figures.links_of(host, without=(other,)).items()
+                  if k not in figures.unreachable]
+        refs_bw.append([lk.bandwidth for lk in others if lk.bandwidth is not None])
+        refs_lat.append([lk.latency_s for lk in others if lk.latency_s is not None])
+    bw, lat = link.bandwidth, link.latency_s
+    if all(refs_bw) and all(low(bw, ref, fraction) for ref in refs_bw):
+        a, b = (statistics.median(ref) for ref in refs_bw)
+        return (f"{figures.bw(bw)}, {bw / a:.2f}x the median of {figures.names[i]}'s other links "
+                f"({figures.bw(a)}) and {bw / b:.2f}x {figures.names[j]}'s ({figures.bw(b)})")
+    if all(refs_lat) and all(high(lat, ref, fraction) for ref in refs_lat):
+        a, b = (statistics.median(ref) for ref in refs_lat)
+        return (f"latency {figures.us(lat)}, {lat / a:.1f}x the median of {figures.names[i]}'s "
+                f"other links ({figures.us(a)}) and {lat / b:.1f}x {figures.names[j]}'s "
+                f"({figures.us(b)})")
+    if figures.expect_Bps and bw is not None and bw < figures.expect_Bps:
+        return f"{figures.bw(bw)}, below the {figures.bw(figures.expect_Bps)} expected"
+    if figures.expect_latency_s and lat is not None and lat > figures.expect_latency_s:
+        return f"latency {figures.us(lat)}, above the {figures.us(figures.expect_latency_s)} " \
+               "expected"
+    return None
+
+
+def good_hosts(figures, judgement):
+    """Reachable hosts that are not suspects themselves (a suspect link's hosts are not): the
+    ones suspect hosts are retested against."""
+    suspects = {h for finding in judgement.suspects if finding.kind == "host"
+                for h in finding.hosts}
+    return [h for h in range(len(figures.names))
+            if h not in suspects and h not in figures.unreachable]
+
+
+def retest_pairs(figures, judgement, per_host=2):
+    """The pairs to measure again: each suspect host with up to `per_host` good hosts, each
+    suspect link itself."""
+    good = good_hosts(figures, judgement)
+    pairs = []
+    for finding in judgement.suspects:
+        if finding.kind == "host" and finding.intra:
+            continue  # retested by the within-host phase again
+        if finding.kind == "host":
+            (h,) = finding.hosts
+            pairs += [(min(h, g), max(h, g)) for g in good[:per_host]]
+        else:
+            pairs.append(finding.hosts)
+    return list(dict.fromkeys(pairs))
+
+
+def _confirm_intra(figures, judgement, finding):
+    """A host slow among its own ranks: the within-host phase ran again (every host at once);
+    kept when it is still an outlier there."""
+    (h,) = finding.hosts
+    again = figures.hosts_retest.get(h)
+    others = [o for k, o in figures.hosts_retest.items() if k != h]
+    if again is None or not others:
+        finding.text += " (not retested)"
+        judgement.findings.append(finding)
+        return
+    slow = low(again.busbw_Bps, [o.busbw_Bps for o in others if o.busbw_Bps], figures.fraction)
+    late = high(again.latency_s, [o.latency_s for o in others if o.latency_s], figures.fraction)
+    if slow or late:
+        finding.retested = True
+        finding.text += (f"; again when retested: {figures.bw(again.busbw_Bps)}, "
+                         f"{figures.us(again.latency_s)}")
+        judgement.findings.append(finding)
+    else:
+        judgement.cleared.append(f"host {figures.names[h]} was slow among its ranks in the first "
+                                 f"pass ({finding.text}) but not when retested: noise")
+
+
+def confirm(figures, judgement):
+    """Each suspect kept when its retest still shows it (or when nothing could retest it), else
+    cleared; then every unreachable host. Fills judgement.findings and .cleared."""
+    good = good_hosts(figures, judgement)
+    suspect_links = {f.hosts for f in judgement.suspects if f.kind == "link"}
+    good_links = [lk for (i, j), lk in figures.links.items()
+                  if i in good and j in good and (i, j) not in suspect_links]
+    fraction = figures.fraction
+    for finding in judgement.suspects:
+        if finding.kind == "host" and finding.intra:
+            _confirm_intra(figures, judgement, finding)
+        elif finding.kind == "host":
+            (h,) = finding.hosts
+            again = [figures.link(h, g, retest=True) for g in good]
+            again = [lk for lk in again if lk is not None]
+            if not again or not good_links:
+                finding.text += " (not retested: no host judged good to retest it against)"
+                judgement.findings.append(finding)
+                continue
+            bws = [lk.bandwidth for lk in again if lk.bandwidth is not None]
+            lats = [lk.latency_s for lk in again if lk.latency_s is not None]
+            ref_bw = [lk.bandwidth for lk in good_links if lk.bandwidth is not None]
+            ref_lat = [lk.latency_s for lk in good_links if lk.latency_s is not None]
+            slow = bws and ref_bw and statistics.median(bws) < fraction * statistics.median(ref_bw)
+            late = lats and ref_lat and \
+                statistics.median(lats) > statistics.median(ref_lat) / fraction
+            names = ", ".join(figures.names[g] for g in good if figures.link(h, g, retest=True))
+            if slow or late:
+                finding.retested = True
+                finding.text += (f"; retested against {names}: "
+                                 f"{figures.bw(statistics.median(bws)) if bws else '-'}, "
+                                 f"{figures.us(statistics.median(lats)) if lats else '-'}")
+                judgement.findings.append(finding)
+            else:
+                judgement.cleared.append(f"host {figures.names[h]} was slow in the first pass "
+                                         f"({finding.text}) but not against {names}: noise")
+        else:
+            i, j = finding.hosts
+            again = figures.link(i, j, retest=True)
+            if again is None:
+                finding.text += " (not retested)"
+                judgement.findings.append(finding)
+                continue
+            why = _link_outlier(figures, i, j, again)
+            if why:
+                finding.text = f"{finding.text}; retested: {why}"
+                finding.retested = True
+                judgement.findings.append(finding)
+            else:
+                judgement.cleared.append(f"link {figures.pair(i, j)} was slow in the first pass "
+                                         f"({finding.text}) but not when retested: noise")
+    for h in sorted(figures.unreachable):
+        judgement.findings.append(Finding("unreachable", (h,), figures.unreachable_why.get(
+            h, "did not answer within --timeout")))
+    return judgement

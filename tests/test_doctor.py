@@ -1,0 +1,268 @@
+"""doctor.py on simulated hosts (scripts/sim-hosts.sh, root): healthy clusters pass with exit 0
+and nothing named, a slowed host is named and only it, a slowed link is named and neither of
+its hosts, a host killed mid-check is named unreachable while the rest goes on; bad usage is
+one line, exit 2. Slow hosts and links are made with the kernel's htb qdisc (no netem here)."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from commbench import results
+from conftest import BIN, ROOT, SIM_HOSTS, base_env, free_port, launch
+
+# Small enough that a slowed link (200 Mbit: 0.17 s a message) keeps a check short.
+QUICK = ["--large-bytes=4M", "--trials=10", "--repeat=3"]
+
+
+def across(name, subnet, count, nproc, *args, dist="torch", timeout=300):
+    """doctor.py under `torchrun --nnodes count` on each host at once (rank 0 on host 1):
+    (host 1's stdout, every host's stderr, exit statuses)."""
+    port = free_port()
+    env = base_env()
+    procs = [subprocess.Popen(
+        [str(SIM_HOSTS), "run", name, str(node + 1), "env", f"PATH={env['PATH']}",
+         str(BIN / "torchrun"), f"--nnodes={count}", f"--node-rank={node}",
+         f"--nproc-per-node={nproc}", f"--master-addr={subnet}.1", f"--master-port={port}",
+         "doctor.py", "--backend=gloo", f"--dist={dist}", *args],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.DEVNULL) for node in range(count)]
+    outputs = [proc.communicate(timeout=timeout) for proc in procs]
+    return outputs[0][0], [err for _, err in outputs], [proc.returncode for proc in procs]
+
+
+def by_hand(name, subnet, count, *args):
+    """One rank per host, started by hand (RANK, WORLD_SIZE, ... as a launch script sets them):
+    each rank's process is its own, to kill or to wait for."""
+    port = free_port()
+    env = base_env()
+    return [subprocess.Popen(
+        [str(SIM_HOSTS), "run", name, str(node + 1), "env", f"PATH={env['PATH']}",
+         f"RANK={node}", "LOCAL_RANK=0", f"WORLD_SIZE={count}", "LOCAL_WORLD_SIZE=1",
+         f"MASTER_ADDR={subnet}.1", f"MASTER_PORT={port}", "OMP_NUM_THREADS=1",
+         sys.executable, "doctor.py", "--backend=gloo", "--dist=torch", *args],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.DEVNULL) for node in range(count)]
+
+
+def slow_host(name, index, rate="200mbit"):
+    """Host `index`'s link, both ways: htb on its veth (toward it) and on its eth0 (from it)."""
+    for where in ([], ["ip", "netns", "exec", f"{name}{index}"]):
+        device = f"{name}v{index}" if not where else "eth0"
+        subprocess.run(where + ["tc", "qdisc", "add", "dev", device, "root", "handle", "1:", "htb",
+                                "default", "10"], check=True, capture_output=True)
+        subprocess.run(where + ["tc", "class", "add", "dev", device, "parent", "1:", "classid",
+                                "1:10", "htb", "rate", rate], check=True, capture_output=True)
+
+
+def slow_link(name, subnet, a, b, rate="200mbit"):
+    """Only the link between hosts a and b, both ways: on eth0 inside each, a fast default class
+    and a slow one that a u32 filter sends the other host's address to."""
+    for me, other in ((a, b), (b, a)):
+        run = ["ip", "netns", "exec", f"{name}{me}", "tc"]
+        for command in (["qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb", "default",
+                         "20"],
+                        ["class", "add", "dev", "eth0", "parent", "1:", "classid", "1:10", "htb",
+                         "rate", rate],
+                        ["class", "add", "dev", "eth0", "parent", "1:", "classid", "1:20", "htb",
+                         "rate", "100gbit"],
+                        ["filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio",
+                         "1", "u32", "match", "ip", "dst", f"{subnet}.{other}/32", "flowid",
+                         "1:10"]):
+            subprocess.run(run + command, check=True, capture_output=True)
+
+
+def verdict_of(path):
+    meta, records = results.read_all(str(path))
+    final = [r for r in records if r.get("type") == "verdict"]
+    assert len(final) == 1, records
+    return meta, records, final[0]
+
+
+def findings(stderr):
+    return [line for line in stderr.splitlines()
+            if line.startswith(("commbench: suspect ", "commbench: unreachable "))]
+
+
+@pytest.mark.parametrize("dist", ["torch", "deepspeed"])
+def test_four_healthy_hosts_pass(hosts, tmp_path, dist):
+    """4 hosts x 1 rank, twice (each repetition must pass): exit 0 on every host, nothing named,
+    the pair matrix full, the verdict record empty; about 10 s a check here."""
+    name, subnet = hosts(4)
+    for attempt in range(2):
+        output = tmp_path / f"healthy{attempt}.jsonl"
+        stdout, stderrs, statuses = across(name, subnet, 4, 1, *QUICK, f"--output={output}",
+                                           dist=dist)
+        assert statuses == [0, 0, 0, 0], stdout + stderrs[0]
+        assert "Verdict: healthy (4 hosts, 6 links;" in stdout, stdout + stderrs[0]
+        assert not findings(stderrs[0])
+        meta, records, final = verdict_of(output)
+        assert (final["suspect_hosts"], final["suspect_links"], final["unreachable"]) == \
+            ([], [], [])
+        pairs = [r for r in records if r.get("phase") == "pairs"]
+        assert sorted(tuple(r["hosts"]) for r in pairs) == sorted(
+            (f"{name}{a}", f"{name}{b}") for a in range(1, 5) for b in range(a + 1, 5))
+        assert all(r["forward_Bps"] > 0 and r["latency_s"] > 0 for r in pairs)
+        assert sorted(r["round"] for r in pairs) == [0, 0, 1, 1, 2, 2]  # 3 rounds of 2 at once
+        assert meta["hosts"] == [f"{name}{i}" for i in range(1, 5)]
+        assert len(meta["startup"]["process_group_s"]) == 4
+        assert "process group up in" in stderrs[0]
+
+
+def test_three_hosts_of_two_ranks_healthy(hosts, tmp_path):
+    """3 hosts (odd: one sits out each round) x 2 ranks: the within-host phase too."""
+    name, subnet = hosts(3)
+    for attempt in range(2):
+        output = tmp_path / f"three{attempt}.json"
+        stdout, stderrs, statuses = across(name, subnet, 3, 2, *QUICK, f"--output={output}")
+        assert statuses == [0, 0, 0], stderrs
+        assert "Verdict: healthy (3 hosts, 3 links;" in stdout, stdout + stderrs[0]
+        _, records, final = verdict_of(output)
+        intra = [r for r in records if r.get("phase") == "intra"]
+        assert [r["host"] for r in intra] == [f"{name}{i}" for i in (1, 2, 3)]
+        assert all(r["busbw_Bps"] > 0 and len(r["ranks"]) == 2 for r in intra)
+        assert sorted(r["round"] for r in records if r.get("phase") == "pairs") == [0, 1, 2]
+        assert final["healthy"]
+
+
+def test_a_slow_host_is_named_and_only_it(hosts, tmp_path):
+    name, subnet = hosts(4)
+    slow_host(name, 3)
+    output = tmp_path / "slow.jsonl"
+    stdout, stderrs, statuses = across(name, subnet, 4, 1, *QUICK, f"--output={output}")
+    assert statuses == [1, 1, 1, 1], stdout + stderrs[0]
+    _, _, final = verdict_of(output)
+    assert (final["suspect_hosts"], final["suspect_links"], final["unreachable"]) == \
+        ([f"{name}3"], [], [])
+    (line,) = findings(stderrs[0])
+    assert line.startswith(f"commbench: suspect host {name}3: its links' bandwidth ") and \
+        "the other hosts' median" in line and "retested against" in line, line
+    row = next(r for r in stdout.splitlines() if r.startswith(f"{name}3 "))
+    assert row.endswith("SUSPECT")
+
+
+def test_a_slow_link_is_named_and_neither_of_its_hosts(hosts, tmp_path):
+    name, subnet = hosts(4)
+    slow_link(name, subnet, 1, 2)
+    output = tmp_path / "link.jsonl"
+    stdout, stderrs, statuses = across(name, subnet, 4, 1, *QUICK, f"--output={output}")
+    assert statuses == [1, 1, 1, 1], stdout + stderrs[0]
+    _, _, final = verdict_of(output)
+    assert (final["suspect_hosts"], final["suspect_links"], final["unreachable"]) == \
+        ([], [[f"{name}1", f"{name}2"]], [])
+    (line,) = findings(stderrs[0])
+    assert line.startswith(f"commbench: suspect link {name}1-{name}2: ") and "retested" in line
+
+
+def test_a_host_killed_mid_check_is_named_unreachable(hosts, tmp_path):
+    """Host 4's rank is SIGKILLed once the first round is recorded: the others name it
+    unreachable at --timeout and go on (the remaining pairs measured), exit 1; nobody hangs."""
+    name, subnet = hosts(4)
+    output = tmp_path / "killed.jsonl"
+    procs = by_hand(name, subnet, 4, *QUICK, "--timeout=10", f"--output={output}")
+    try:
+        deadline = time.monotonic() + 120
+        while not (output.exists() and len(output.read_text().splitlines()) >= 2):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+                [p.communicate() for p in procs]
+            time.sleep(0.05)
+        pids = subprocess.run(["ip", "netns", "pids", f"{name}4"], capture_output=True,
+                              text=True).stdout.split()
+        subprocess.run(["kill", "-9", *pids], check=True)
+        outputs = [proc.communicate(timeout=180) for proc in procs]  # a hang guard only
+    finally:
+        for proc in procs:
+            proc.kill()
+    statuses = [proc.returncode for proc in procs]
+    assert statuses[:3] == [1, 1, 1] and statuses[3] != 0, [o[1] for o in outputs]
+    _, records, final = verdict_of(output)
+    assert (final["suspect_hosts"], final["suspect_links"], final["unreachable"]) == \
+        ([], [], [f"{name}4"])
+    stderr = outputs[0][1]
+    assert f"commbench: host {name}4 is unreachable: rank 3 did not answer within --timeout 10 s" \
+        in stderr, stderr
+    (line,) = findings(stderr)
+    assert line.startswith(f"commbench: unreachable host {name}4: rank 3 did not answer within "
+                           "--timeout 10 s (round "), line
+    measured = {tuple(r["hosts"]) for r in records
+                if r.get("phase") == "pairs" and "failed" not in r}
+    assert {(f"{name}1", f"{name}2"), (f"{name}1", f"{name}3"), (f"{name}2", f"{name}3")} <= \
+        measured  # the live hosts were all measured against each other
+    assert "Traceback" not in "".join(err for _, err in outputs)
+
+
+def test_one_host_checks_its_ranks_and_says_no_links(tmp_path):
+    output = tmp_path / "one.jsonl"
+    result = launch("doctor.py", "--dist=torch", "--backend=gloo", *QUICK, f"--output={output}",
+                    nproc=2)
+    assert result.returncode == 0, result
+    assert "no links between hosts to check (one host)" in result.stderr
+    assert "Verdict: healthy (one host: no links between hosts checked;" in result.stdout
+    _, records, final = verdict_of(output)
+    assert [r["phase"] for r in records if r.get("type") == "doctor"] == ["intra"]
+    assert final["healthy"]
+
+
+def test_plot_draws_the_pair_matrix(hosts, tmp_path):
+    """report.py plot of a doctor run: three heatmaps of the hosts, the suspect in the title."""
+    name, subnet = hosts(3)
+    slow_host(name, 2)
+    output = tmp_path / "d.jsonl"
+    _, stderrs, statuses = across(name, subnet, 3, 1, *QUICK, f"--output={output}")
+    assert statuses == [1, 1, 1], stderrs
+    sys.path.insert(0, str(ROOT))
+    from commbench.report.doctor import heatmap
+    figure = heatmap(str(output), str(tmp_path / "h.png"))
+    assert (tmp_path / "h.png").stat().st_size > 20_000
+    titles = [axis.get_title() for axis in figure.axes if axis.get_title()]
+    assert titles == ["bandwidth row -> column (Gbps)", "both ways at once (Gbps)",
+                      "latency one way (us)"]
+    assert figure._suptitle.get_text() == f"doctor: 3 hosts, gloo: suspect host {name}2"
+    plotted = subprocess.run([sys.executable, "report.py", "plot", str(output), "-o",
+                              str(tmp_path / "p.png")], cwd=ROOT, env=base_env(),
+                             capture_output=True, text=True, timeout=120)
+    assert plotted.returncode == 0, plotted.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--min-fraction=1"], "argument --min-fraction: must be in (0, 1), got 1"),
+    (["--min-fraction=0"], "argument --min-fraction: must be in (0, 1), got 0"),
+    (["--expect-gbps=-1"], "argument --expect-gbps: must be >= 0, got -1"),
+    (["--expect-latency-us=x"], "argument --expect-latency-us: 'x' is not a number"),
+    (["--output=d.csv"], "--output: doctor.py writes .jsonl or .json"),
+])
+def test_bad_usage_is_one_line(args, message):
+    result = launch("doctor.py", "--dist=torch", "--backend=gloo", *args)
+    assert result.returncode == 2, result
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"commbench: error: {message}"), line
+
+
+def test_uneven_ranks_per_host_is_one_line(hosts):
+    """2 ranks on host 1, 1 on host 2: refused before anything is measured, on every rank."""
+    name, subnet = hosts(2)
+    port = free_port()
+    env = base_env()
+    layout = [(1, 0, 0, 2), (1, 1, 1, 2), (2, 2, 0, 1)]  # host, rank, local rank, local size
+    procs = [subprocess.Popen(
+        [str(SIM_HOSTS), "run", name, str(host), "env", f"PATH={env['PATH']}", f"RANK={rank}",
+         f"LOCAL_RANK={local}", "WORLD_SIZE=3", f"LOCAL_WORLD_SIZE={size}",
+         f"MASTER_ADDR={subnet}.1", f"MASTER_PORT={port}", sys.executable, "doctor.py",
+         "--backend=gloo", "--dist=torch"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True) for host, rank, local, size in layout]
+    outputs = [proc.communicate(timeout=120) for proc in procs]
+    assert [proc.returncode for proc in procs] == [2, 2, 2], outputs
+    errors = [line for _, err in outputs for line in err.splitlines()
+              if line.startswith("commbench: error:")]
+    assert errors == [f"commbench: error: uneven ranks per host ({name}1 2, {name}2 1): start the "
+                      "same number of ranks on every host"], outputs
+
+
+def test_doctor_under_mpirun_and_srun_on_one_host():
+    """Launched like the op scripts: MPICH's mpirun and Slurm's srun find the ranks (one host)."""
+    for launcher in ("mpirun", "srun"):
+        result = launch("doctor.py", "--dist=torch", "--backend=gloo", *QUICK, nproc=2,
+                        launcher=launcher)
+        assert result.returncode == 0, result
+        assert "Verdict: healthy (one host" in result.stdout, result
