@@ -38,9 +38,9 @@ def init_processes(local_rank, args, ops=None):
 def _open_results(args, comm, ops):
     """Rank 0 opens the results file before anything is measured; every rank learns whether
     that worked, so that none goes on to measure alone."""
-    from . import results  # only runs that write one pay for it
     writer, failure = None, None
     if comm.global_rank == 0 and args.output:
+        from . import results  # only runs that write one pay for it
         try:
             path = results.free_path(args.output, args.overwrite)
             writer = results.open_writer(path, run_meta(args, comm, ops))

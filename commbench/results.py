@@ -184,6 +184,9 @@ def read(path):
     """(meta, records) from a results file of any of the three formats: the measured sizes
     (records of other kinds, doctor.py's, are left to read_all)."""
     meta, records = read_all(path)
+    if output_format(path) == ".jsonl":  # every line says its type
+        return meta, [r for r in records if r.get("type") == "result"]
+    # a document's results and a table's rows carry no type of their own
     return meta, [r for r in records if r.get("type", "result") == "result"]
 
 

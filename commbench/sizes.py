@@ -77,12 +77,13 @@ def cap_sweep(collective, numels, args, comm):
     fitting = [numel for numel in numels
                if footprint(collective, numel, element_size, args, comm)[0] <= usable]
     if len(fitting) < len(numels):
+        short = len(numels) - len(fitting)
         if fitting:
             largest = fitting[-1] * element_size
             note(comm, f"{_sweep_flag(args)}: {collective.name}'s buffers fit the {usable} B a "
                        f"rank may use (90% of {source}) up to {_human(largest)} per rank "
                        f"({fitting[-1]} elements of {args.dtype}); the sweep stops there, "
-                       f"{len(numels) - len(fitting)} size{'s' if len(numels) - len(fitting) > 1 else ''} short")
+                       f"{short} size{'s' if short > 1 else ''} short")
         else:
             raise BenchmarkError(f"{collective.name}: a rank has {usable} B usable ({source}), "
                                  "less than the sweep's smallest message takes with the "

@@ -8,6 +8,8 @@
 #   scripts/sim-hosts.sh run NAME I CMD ...   run CMD "on" host I: its network, its host name,
 #                                             its hosts file (as ssh into it would, minus ssh)
 #   scripts/sim-hosts.sh down NAME            kill what runs in the hosts, remove them
+#   scripts/sim-hosts.sh slow NAME I RATE     host I's link, both ways, at RATE (200mbit, 1gbit)
+#   scripts/sim-hosts.sh slow-link NAME I J RATE   only the link between hosts I and J
 #
 # NAME: up to 8 letters and digits (interface names are short); make it unique per use.
 # Traffic stays between the hosts on their bridge; nothing is routed anywhere else.
@@ -15,7 +17,7 @@ set -u
 STATE_ROOT=${COMMBENCH_HOSTS_DIR:-/tmp/commbench-hosts}
 
 usage() {
-    sed -n '6,10p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '6,12p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -78,8 +80,42 @@ down() {
     return 0
 }
 
+# A slow host or link, with the kernel's htb qdisc (rate limits: this kernel has no netem, so no
+# added delay). Removed with the host.
+slow() {
+    local name=$1 index=$2 rate=$3 device
+    [ -e "/run/netns/$name$index" ] || { echo "sim-hosts: no host $name$index" >&2; exit 1; }
+    set -e
+    for device in "${name}v$index" eth0; do
+        local where=()
+        [ "$device" = eth0 ] && where=(ip netns exec "$name$index")
+        "${where[@]}" tc qdisc add dev "$device" root handle 1: htb default 10 2>/dev/null
+        "${where[@]}" tc class add dev "$device" parent 1: classid 1:10 htb rate "$rate" 2>/dev/null
+    done
+    echo "sim-hosts: $name$index's link at $rate both ways"
+}
+
+slow_link() {
+    local name=$1 a=$2 b=$3 rate=$4 subnet me other
+    subnet=$(awk '{print $2}' "$STATE_ROOT/$name/layout")
+    set -e
+    for me in "$a" "$b"; do
+        other=$([ "$me" = "$a" ] && echo "$b" || echo "$a")
+        [ -e "/run/netns/$name$me" ] || { echo "sim-hosts: no host $name$me" >&2; exit 1; }
+        local tc=(ip netns exec "$name$me" tc)
+        "${tc[@]}" qdisc add dev eth0 root handle 1: htb default 20 2>/dev/null
+        "${tc[@]}" class add dev eth0 parent 1: classid 1:10 htb rate "$rate" 2>/dev/null
+        "${tc[@]}" class add dev eth0 parent 1: classid 1:20 htb rate 100gbit 2>/dev/null
+        "${tc[@]}" filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip dst \
+            "$subnet.$other/32" flowid 1:10
+    done
+    echo "sim-hosts: the link $name$a-$name$b at $rate both ways"
+}
+
 case "${1:-}" in
 up) [ $# -ge 3 ] || usage; up "$2" "$3" "${4:-}" ;;
+slow) [ $# -eq 4 ] || usage; slow "$2" "$3" "$4" ;;
+slow-link) [ $# -eq 5 ] || usage; slow_link "$2" "$3" "$4" "$5" ;;
 run) [ $# -ge 4 ] || usage; run "$2" "$3" "${@:4}" ;;
 down) [ $# -eq 2 ] || usage; down "$2" ;;
 *) usage ;;

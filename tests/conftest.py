@@ -44,13 +44,26 @@ _EPHEMERAL = _ephemeral_ports()
 _PICK = random.SystemRandom()  # not the random module hypothesis seeds
 
 
+def _port_range():
+    """20000-40000, or under pytest-xdist a part of it per worker (gw0, gw1, ...): two workers
+    that checked the same port free at the same moment would both take it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or count < 2:
+        return 20000, 40000
+    width = 20000 // count
+    low = 20000 + int(worker[2:]) * width
+    return low, low + width
+
+
 def free_port():
     """A free TCP port for MASTER_PORT, outside the kernel's ephemeral range: a port the kernel
     hands out (port 0) is free now, but srun, mpirun and the daemons take their own from that
     range, and one took a test's port between the check and rank 0's bind (rank 0 exits 1,
     its peer waits out --timeout). Not 29400-29599 either (torchrun's and DeepSpeed's defaults)."""
+    low, high = _port_range()
     for _ in range(200):
-        port = _PICK.randrange(20000, 40000)
+        port = _PICK.randrange(low, high)
         if port in _EPHEMERAL or 29400 <= port < 29600:
             continue
         with socket.socket() as s:

@@ -10,7 +10,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT, base_env, free_port, launch
+
+# Run alone (make test's second part): DeepSpeed's builds and /dev/shm leftovers are the
+# machine's, not the test's.
+pytestmark = pytest.mark.serial
 
 OP = "deepspeed_shm_comm"
 DEEPSPEED = ["--dist=deepspeed", "--backend=gloo", "--scan", "--maxsize=3", "--trials=2"]

@@ -14,7 +14,11 @@ import pytest
 
 from conftest import ROOT, base_env, require_root
 
-PAGES = ["cluster.md", "verdicts.md", "overlap.md", "sweeps.md"]
+# Run alone (make test's second part): each example must run within the time its page states, on a
+# quiet machine.
+pytestmark = pytest.mark.serial
+
+PAGES = ["cluster.md", "verdicts.md", "overlap.md", "sweeps.md", "doctor.md"]
 FENCE = re.compile(r"^\s*```(\w*)\s*$")
 CLAIM = re.compile(r"under (\d+) (s|seconds|min|minutes)\b")
 

@@ -77,7 +77,10 @@ def check_run(proc, name, subnet, output, launcher, stdout=None):
     assert records and all(r["wrong"] == 0 and r["world_size"] == 4 for r in records)
 
 
-@pytest.mark.parametrize("dist", ["torch", "deepspeed"])
+# --dist deepspeed across hosts under each of these launchers: docs/cluster.md's example, run as
+# written by tests/test_docs_examples.py (run_all.py's default layer); here --dist torch, with
+# every detail checked.
+@pytest.mark.parametrize("dist", ["torch"])
 def test_mpich_hydra_over_ssh(hosts, tmp_path, dist):
     require(BIN / "mpiexec", "MPICH's mpiexec (pip install mpich)")
     name, subnet = hosts(2)
@@ -89,7 +92,7 @@ def test_mpich_hydra_over_ssh(hosts, tmp_path, dist):
     check_run(proc, name, subnet, output, "mpich")
 
 
-@pytest.mark.parametrize("dist", ["torch", "deepspeed"])
+@pytest.mark.parametrize("dist", ["torch"])
 def test_open_mpi_over_ssh(hosts, tmp_path, dist):
     """Under Open MPI the venv's mpi4py would load the venv's MPICH, which refuses Open MPI's
     PMIx (or would run as a world of one): the suite points it at Open MPI's libmpi."""
@@ -126,7 +129,7 @@ def test_open_mpi_with_another_mpi_in_mpi4py(hosts, tmp_path):
     assert parse_tables(proc.stdout) == []
 
 
-@pytest.mark.parametrize("dist", ["torch", "deepspeed"])
+@pytest.mark.parametrize("dist", ["torch"])
 def test_deepspeed_hostfile_over_pdsh(hosts, tmp_path, dist):
     """`deepspeed --hostfile` runs pdsh, which runs `ssh` (sim-ssh, first on PATH) into every
     host; the runner finds the master address with `ssh host1 hostname -I`. The remote shell

@@ -8,6 +8,7 @@ import pytest
 
 from conftest import ROOT, assert_no_traceback, launch
 
+
 OVERLAP_COLUMNS = ["Comm (us)", "Compute (us)", "Overlapped (us)", "Overlap %"]
 FIXTURE = ROOT / "tests" / "fixtures" / "all_reduce_overlap.jsonl"
 MIB = 1 << 20
@@ -64,6 +65,7 @@ def test_overlap_on_every_op_keeps_check_last(run):
         assert all(0 <= pct <= 100 for *_, pct in overlap_rows(table))
 
 
+@pytest.mark.serial  # a spare core is what it measures: run alone (make test's second part)
 def test_a_long_compute_phase_hides_the_collective_with_a_spare_core(run):
     """2 ranks on 2 cores leave no core to gloo's progress threads; --compute-cpus 0 puts both
     ranks' compute on CPU 0 and so leaves CPU 1 to them. With the compute phase 20x the

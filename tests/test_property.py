@@ -61,7 +61,7 @@ STAGES = [(USAGE, 2), (MISSING, 1), (GLOO_DTYPE, 2), (OUTPUT, 1)]
 # Lines DeepSpeed itself writes to stderr (its logger, and its extension loader).
 DEEPSPEED_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\] \[(INFO|WARNING)\] |"
                             r"^DeepSpeed deepspeed\.ops\.comm\.deepspeed_shm_comm_op built ")
-EXAMPLES = int(os.environ.get("COMMBENCH_PROPERTY_EXAMPLES", "60"))
+EXAMPLES = int(os.environ.get("COMMBENCH_PROPERTY_EXAMPLES", "40"))
 
 
 @st.composite
@@ -195,7 +195,7 @@ def test_random_command_lines(cgroup, no_ccl, tmp_path_factory, example):
 
 FAULTS = ["kill", "SIGINT", "SIGTERM", "closed pipe", "full disk", "stale lock"]
 # Examples per fault (every fault is tried; the command lines and world sizes are drawn).
-FAULT_EXAMPLES = int(os.environ.get("COMMBENCH_PROPERTY_FAULT_EXAMPLES", "3"))
+FAULT_EXAMPLES = int(os.environ.get("COMMBENCH_PROPERTY_FAULT_EXAMPLES", "2"))
 OK_VALUES = {flag: sorted(v for v, effect in values.items() if effect == OK)
              for flag, values in VALUES.items()
              if flag not in ("--timeout", "--output", "--local_rank", "--backend", "--device")}
@@ -210,7 +210,7 @@ def faulted_runs(draw):
     flags.setdefault("--dist", draw(st.sampled_from(["torch", "torch", "deepspeed"])))
     flags.setdefault("--trials", "3")
     flags.setdefault("--warmups", "1")
-    flags["--maxsize"] = draw(st.sampled_from(["12", "16", "20"]))  # long enough to meet it
+    flags["--maxsize"] = draw(st.sampled_from(["10", "12", "14"]))  # long enough to meet it
     flags["--output"] = draw(st.sampled_from(["r.jsonl", "r.csv", "r.json"]))
     switches = draw(st.lists(st.sampled_from(["--check", "--stats", "--async-op", "--raw"]),
                              max_size=2, unique=True))
@@ -328,6 +328,13 @@ def run_faulted(script, world_size, flags, switches, fault, folder, group, no_cc
 @pytest.mark.parametrize("fault", FAULTS)
 def test_random_command_lines_under_faults(cgroup, no_ccl, tmp_path_factory, fault, example):
     script, world_size, flags, switches = example
+    # Derandomized examples are the same for every fault: turn the world size and the script
+    # by the fault's place, so that each fault meets other command lines.
+    shift = FAULTS.index(fault)
+    world_size = (world_size - 1 + shift) % 3 + 1
+    script = SCRIPTS[(SCRIPTS.index(script) + shift) % len(SCRIPTS)]
+    if script == "pt2pt.py" and world_size == 1:
+        script = "all_reduce.py"
     if fault == "full disk" and os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     folder = tmp_path_factory.mktemp("faults")

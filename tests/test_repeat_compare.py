@@ -10,6 +10,9 @@ import pytest
 
 from conftest import assert_no_traceback, launch
 
+# Run alone (make test's second part): two runs of one command must meet the same machine.
+pytestmark = pytest.mark.serial
+
 KIB = 1024
 
 

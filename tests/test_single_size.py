@@ -20,9 +20,9 @@ def plans_of(result):
 
 @pytest.mark.parametrize("nproc,dist", [(1, "torch"), (3, "torch"), (2, "deepspeed")])
 def test_single_size_follows_memory_rule(run, nproc, dist):
-    # One rank's all_gather would plan on mem-factor + 0.2 of the whole host (SPEC §4): a 4 GB
-    # message and 13 GB of buffers, 40 s of allocation; its rule is checked at 2 and 3 ranks.
-    ops = [op for op in expected_ops(nproc) if nproc > 1 or op != "all_gather"]
+    # all_gather plans on mem-factor + 0.2 of the host's memory (SPEC §4): gigabytes of buffers
+    # and half a minute of allocation here; its rule is checked below, in a memory cgroup.
+    ops = [op for op in expected_ops(nproc) if op != "all_gather"]
     before = host_memory()
     result = run("run_all.py", "--raw", f"--mem-factor={MEM_FACTOR}", "--trials=3", "--warmups=1",
                  f"--dist={dist}", *[f"--{op.replace('_', '-')}" for op in ops], nproc=nproc)
@@ -50,12 +50,20 @@ def test_single_size_follows_memory_rule(run, nproc, dist):
             assert numel % nproc == 0
 
 
-def test_single_size_half_precision(run):
-    result = run("all_gather.py", "--raw", "--mem-factor=0.000001", "--dtype=half", "--trials=2",
-                 "--dist=torch", nproc=3)
+def test_all_gather_single_size_in_half_precision(run):
+    """all_gather's rule (mem-factor + 0.2 with the one-tensor API, a power of two per rank) at
+    3 ranks, in a 2 GiB memory cgroup (its plan over the host's memory would allocate GBs)."""
+    from conftest import MIB, memory_cgroup
+    with memory_cgroup(2048 * MIB) as group:
+        result = run("all_gather.py", "--raw", "--mem-factor=0.000001", "--dtype=half",
+                     "--trials=2", "--dist=torch", nproc=3, preexec_fn=group.enter)
     assert result.returncode == 0, result
     (row,) = result.table("all_gather").rows
     assert row.element_size == 2
     assert row.numel & (row.numel - 1) == 0  # a power of two
     plan = plans_of(result)["all_gather"]
+    memory = int(plan["memory"])
+    want_factor, want_nominal = single_size("all_gather", memory, 1e-6, 2, 3)
+    assert float(plan["factor"]) == pytest.approx(want_factor, rel=1e-5)
+    assert int(plan["nominal"]) == want_nominal
     assert int(plan["planned"]) == row.numel * 2 * 7 + 64 * 2 ** 20

@@ -72,7 +72,8 @@ def test_new_ops_single_size_follow_their_rule(run):
     """Without --scan: the single-size plan of reduce (WHOLE), gather (GATHERED: a power of two)
     and scatter (SPLIT: n x a power of two); barrier has no size."""
     result = run("run_all.py", "--reduce", "--gather", "--scatter", "--barrier",
-                 "--mem-factor=0.01", "--trials=1", "--warmups=0", "--check", "--dist=torch", nproc=3)
+                 "--mem-factor=0.0005", "--trials=1", "--warmups=0", "--check", "--dist=torch",
+                 nproc=3)
     assert result.returncode == 0, result
     (gather,) = result.table("gather").rows
     (scatter,) = result.table("scatter").rows

@@ -124,12 +124,20 @@ class Pair:
             self._send(mine)
         return take([float(mine.item()), float(theirs.item())])
 
-    def latency(self, trials, repeat, warmups):
+    def latency(self, trials, repeat, warmups, warm_s=0.05):
         """The small message's figures, as a record's fields (every pair of a round measures
-        its latency at once, before any of them moves large messages)."""
-        for _ in range(max(1, warmups)):
-            self.ping_pong(trials)  # whole untimed windows: the first round trips of a new
-            # group wake its threads and fault its buffers in, at 10x a settled one
+        its latency at once, before any of them moves large messages). Untimed windows first,
+        `warmups` of them and for at least `warm_s`: round trips after a pause (a new group, a
+        virtual machine whose CPUs went idle) take 10-20x a settled one for a while."""
+        started, windows = time.perf_counter(), 0
+        while True:
+            self.ping_pong(trials)
+            windows += 1
+            # the first rank decides when the warm-up is over, for both (the other adds 0)
+            more = self.first and (windows < max(1, warmups) or
+                                   time.perf_counter() - started < warm_s) and windows < 200
+            if not self._share(1.0 if more else 0.0):
+                break
         latency, latency_ci = _windows(lambda: self.ping_pong(trials), repeat)
         return {"latency_s": latency, "latency_ci_s": [max(0.0, latency_ci[0]), latency_ci[1]],
                 "small_bytes": self.small_bytes, "trials": trials}
@@ -152,29 +160,39 @@ class Pair:
                 "bandwidth_trials": bw_trials, "windows": repeat}
 
 
-def intra_host(comm, group, size, small_bytes, large_bytes, trials, repeat, warmups):
-    """A host's ranks among themselves, as its first rank times them: all_reduce bus bandwidth
-    of the large message and the small message's time, as record fields."""
-    device = comm.device
-    large = torch.ones(max(size, large_bytes // 4), dtype=torch.float32, device=device)
-    small = torch.ones(max(1, small_bytes // 4), dtype=torch.float32, device=device)
+class Host:
+    """A host's ranks among themselves in their own group, as its first rank times them: the
+    small message's all_reduce time (hosts one after the other) and the large message's bus
+    bandwidth (every host at once)."""
 
-    def window(tensor, count):
-        torch.distributed.barrier(group=group)
-        comm.synchronize()
+    def __init__(self, comm, group, size, small_bytes, large_bytes):
+        self.comm, self.group, self.size = comm, group, size
+        self.large = torch.ones(max(size, large_bytes // 4), dtype=torch.float32,
+                                device=comm.device)
+        self.small = torch.ones(max(1, small_bytes // 4), dtype=torch.float32,
+                                device=comm.device)
+
+    def _window(self, tensor, count):
+        torch.distributed.barrier(group=self.group)
+        self.comm.synchronize()
         started = time.perf_counter()
         for _ in range(count):
-            torch.distributed.all_reduce(tensor, group=group)
-        comm.synchronize()
+            torch.distributed.all_reduce(tensor, group=self.group)
+        self.comm.synchronize()
         return (time.perf_counter() - started) / count
 
-    for _ in range(max(1, warmups)):
-        window(small, 1)
-        window(large, 1)
-    latency, latency_ci = _windows(lambda: window(small, trials), repeat)
-    seconds = _windows(lambda: window(large, max(2, trials // 5)), repeat)
-    factor = 2 * (size - 1) / size  # all_reduce's bus bandwidth (S/t)·2(n−1)/n
-    busbw = _bandwidth(large.nbytes * factor, seconds)
-    return {"busbw_Bps": busbw[0], "busbw_ci_Bps": busbw[1], "latency_s": latency,
-            "latency_ci_s": latency_ci, "small_bytes": small.nbytes, "large_bytes": large.nbytes,
-            "trials": trials, "windows": repeat}
+    def latency(self, trials, repeat, warmups):
+        for _ in range(max(1, warmups)):
+            self._window(self.small, trials)
+        latency, latency_ci = _windows(lambda: self._window(self.small, trials), repeat)
+        return {"latency_s": latency, "latency_ci_s": [max(0.0, latency_ci[0]), latency_ci[1]],
+                "small_bytes": self.small.nbytes, "trials": trials}
+
+    def bandwidth(self, trials, repeat, warmups):
+        for _ in range(max(1, warmups)):
+            self._window(self.large, 1)
+        seconds = _windows(lambda: self._window(self.large, max(2, trials // 5)), repeat)
+        factor = 2 * (self.size - 1) / self.size  # all_reduce's bus bandwidth (S/t)·2(n−1)/n
+        busbw = _bandwidth(self.large.nbytes * factor, seconds)
+        return {"busbw_Bps": busbw[0], "busbw_ci_Bps": busbw[1],
+                "large_bytes": self.large.nbytes, "windows": repeat}

@@ -46,8 +46,9 @@ def report(figures, judgement, per_host):
                      f"{(f'{bw * scale:.3f}' if bw else '-'):>12}  "
                      f"{(f'{lat * 1e6:.1f}' if lat else '-'):>14}  {state}")
     if len(names) > 1:
-        lines += _matrix(figures, f"Bandwidth ({unit}), row to column, one way:",
-                         lambda link, forward: f"{(link.forward_Bps if forward else link.backward_Bps) * scale:.3f}")
+        def one_way(link, forward):
+            return f"{(link.forward_Bps if forward else link.backward_Bps) * scale:.3f}"
+        lines += _matrix(figures, f"Bandwidth ({unit}), row to column, one way:", one_way)
         lines += _matrix(figures, f"Both ways at once ({unit}, both directions counted):",
                          lambda link, _: f"{link.both_Bps * scale:.3f}")
         lines += _matrix(figures, "Latency (us), one way:",

@@ -179,33 +179,44 @@ class Check:
         return self.groups[tuple(ranks)]
 
     def within_hosts(self, phase="intra"):
-        """Phase 1 (and its retest): every host's ranks among themselves, all hosts at once."""
+        """Phase 1 (and its retest): every host's ranks among themselves: latency one host
+        after the other (hosts that share cores would slow each other's round trips), then
+        bandwidth, all hosts at once."""
         mine = self.ranks[self.my_host]
-        try:
-            group = self._group(mine)
-            figures = measure.intra_host(self.comm, group, len(mine), self.args.small_bytes,
-                                         self.args.large_bytes, self.args.trials,
-                                         self.args.repeat, self.args.warmups)
-            if self.leader:
-                self.control.post(f"{phase}/{self.my_host}", figures)
-        except RuntimeError as error:
-            if self.leader:
-                self.control.post(f"{phase}/{self.my_host}", {"failed": _first_line(error)})
+        host = measure.Host(self.comm, self._group(mine), len(mine), self.args.small_bytes,
+                            self.args.large_bytes)
+        figures = {}
+        for turn in range(len(self.hosts)):
+            if turn == self.my_host and host is not None:
+                try:
+                    figures = host.latency(self.args.trials, self.args.repeat, self.args.warmups)
+                except RuntimeError as error:
+                    figures, host = {"failed": _first_line(error)}, None
+            self._sync(f"{phase}-latency-{turn}")
+        if host is not None:
+            try:
+                figures.update(host.bandwidth(self.args.trials, self.args.repeat,
+                                              self.args.warmups))
+            except RuntimeError as error:
+                figures = {"failed": _first_line(error)}
+        if self.leader:
+            self.control.post(f"{phase}/{self.my_host}", figures)
         self._sync(phase)
         if self.comm.global_rank == 0:
             table = self.figures.hosts if phase == "intra" else self.figures.hosts_retest
             for host in range(len(self.hosts)):
                 found = self.control.fetch(f"{phase}/{host}", timeout=0) \
                     if host not in self.figures.unreachable else None
-                if found and "failed" not in found:
+                if found and "failed" not in found and {"busbw_Bps", "latency_s"} <= set(found):
                     table[host] = verdict.Host(found["busbw_Bps"], found["latency_s"])
                 self._record({"phase": phase, "host": self.hosts[host],
                               "ranks": self.ranks[host], **(found or {"failed": "no answer"})})
 
     def pairs(self, rounds, phase):
-        """Phase 2 (and 3, the retest): each round's pairs at once, one rank of each host; all
-        pairs of a round measure latency, then (after a step) bandwidth, so that no pair's
-        small messages wait behind another pair's large ones for a CPU or a switch."""
+        """Phase 2 (and 3, the retest): in each round, the pairs' latency one pair after the
+        other (round trips of pairs at once wait for each other's CPU or switch port: on hosts
+        that share cores they came out 20x too slow), then every pair's bandwidth at once; one
+        rank of each host."""
         for number, pairs in enumerate(rounds):
             partner = next((b if a == self.my_host else a for a, b in pairs
                             if self.my_host in (a, b)), None)
@@ -215,17 +226,23 @@ class Check:
                 me, peer = self.comm.global_rank, self.ranks[partner][0]
                 pair = measure.Pair(self.comm, self._group(sorted((me, peer))), me, peer,
                                     self.args.small_bytes, self.args.large_bytes)
-                try:
-                    found = pair.latency(self.args.trials, self.args.repeat, self.args.warmups)
-                except RuntimeError as error:
-                    found, pair = {"failed": _first_line(error)}, None
-            self._sync(f"{phase}-{number}-latency")
+            for turn, hosts in enumerate(pairs):
+                if pair is not None and self.my_host in hosts and \
+                        partner not in self.figures.unreachable:
+                    try:
+                        found = pair.latency(self.args.trials, self.args.repeat,
+                                             self.args.warmups)
+                    except RuntimeError as error:
+                        found, pair = {"failed": _first_line(error)}, None
+                self._sync(f"{phase}-{number}-latency-{turn}")
             if pair is not None and partner not in self.figures.unreachable:
                 try:
                     found.update(pair.bandwidth(self.args.trials, self.args.repeat))
                 except RuntimeError as error:
                     found = {"failed": _first_line(error)}
             if mine and self.my_host < partner:
+                if "failed" not in found and not {"latency_s", "forward_Bps"} <= set(found):
+                    found = {"failed": f"{self.hosts[partner]} became unreachable"}
                 self.control.post(f"{phase}/{self.my_host}-{partner}", {"round": number, **found})
             self._sync(f"{phase}-{number}")
             if self.comm.global_rank == 0:
@@ -234,7 +251,8 @@ class Check:
                     self._take(phase, a, b, found or {"round": number, "failed": "no answer"})
 
     def _take(self, phase, a, b, found):
-        if "failed" not in found:
+        if "failed" not in found and {"latency_s", "forward_Bps", "backward_Bps",
+                                      "both_Bps"} <= set(found):
             link = verdict.Link(found["latency_s"], found["forward_Bps"], found["backward_Bps"],
                                 found["both_Bps"])
             (self.figures.retests if phase == "retest" else self.figures.links)[(a, b)] = link
@@ -250,8 +268,8 @@ def _step_words(name):
     """`pairs-1` -> `round 2 of the pairs`; `intra` -> `within the hosts`."""
     phase, _, rest = name.partition("-")
     number = rest.split("-")[0]
-    if not number.isdigit():
-        return "within the hosts" + (", retest" if rest else "")
+    if phase == "intra":
+        return "within the hosts" + (", retest" if rest.startswith("retest") else "")
     return f"round {int(number) + 1} of the {'retests' if phase == 'retest' else 'pairs'}"
 
 

@@ -4,15 +4,17 @@ yardstick it is measured with). A host whose links are all slow is the suspect, 
 partners; a single slow pair, between hosts that are fast with everyone else, is a suspect
 link. Suspects are re-measured against hosts already judged good before they are named.
 
-A figure is an outlier when it is beyond both `fraction` of its peers' median (the threshold a
-user sets: --min-fraction) and three robust standard deviations (1.4826 MAD) from it (so that
-among peers that spread widely, ordinary spread is not a finding)."""
+A figure is an outlier when it is beyond `fraction` of its peers' median (the threshold a user
+sets: --min-fraction) and, with 5 peers or more, also three robust standard deviations
+(1.4826 MAD) from it (so that among peers that spread widely, ordinary spread is not a finding;
+the MAD of fewer values says little: two peers 8 and 14 Gbps would excuse anything)."""
 
 import statistics
 from dataclasses import dataclass, field
 
 MAD_SCALE = 1.4826  # MAD x this estimates the standard deviation of a normal sample
 SPREAD = 3.0
+SPREAD_PEERS = 5  # the MAD rule from this many peers on
 
 
 @dataclass
@@ -66,6 +68,8 @@ def low(value, peers, fraction):
     if value is None or not peers:
         return False
     middle, mad = robust(peers)
+    if len(peers) < SPREAD_PEERS:
+        return value < fraction * middle
     return value < min(fraction * middle, middle - SPREAD * MAD_SCALE * mad)
 
 
@@ -75,6 +79,8 @@ def high(value, peers, fraction):
     if value is None or not peers:
         return False
     middle, mad = robust(peers)
+    if len(peers) < SPREAD_PEERS:
+        return value > middle / fraction
     return value > max(middle / fraction, middle + SPREAD * MAD_SCALE * mad)
 
 
@@ -170,10 +176,10 @@ def first_pass(figures):
                                 f"expected (median {figures.bw(bw)})")
     for h, why in suspect_hosts.items():
         judgement.suspects.append(Finding("host", (h,), why, intra=why.startswith("its ranks'")))
-    # A link against both its hosts' other links, when neither host explains it.
+    # A link against both its hosts' other links. One whose host is a suspect too is retested
+    # all the same: if the retest clears the host (a slow link drags its hosts' medians), the
+    # link still stands; if it names the host, the host explains the link.
     for (i, j), link in sorted(figures.links.items()):
-        if i in suspect_hosts or j in suspect_hosts:
-            continue
         why = _link_outlier(figures, i, j, link)
         if why:
             judgement.suspects.append(Finding("link", (i, j), why))
@@ -256,7 +262,9 @@ def _confirm_intra(figures, judgement, finding):
 
 def confirm(figures, judgement):
     """Each suspect kept when its retest still shows it (or when nothing could retest it), else
-    cleared; then every unreachable host. Fills judgement.findings and .cleared."""
+    cleared, hosts before links; then every unreachable host. Fills judgement.findings and
+    .cleared."""
+    judgement.suspects.sort(key=lambda f: f.kind != "host")
     good = good_hosts(figures, judgement)
     suspect_links = {f.hosts for f in judgement.suspects if f.kind == "link"}
     good_links = [lk for (i, j), lk in figures.links.items()
@@ -292,6 +300,9 @@ def confirm(figures, judgement):
                                          f"({finding.text}) but not against {names}: noise")
         else:
             i, j = finding.hosts
+            named = {h for f in judgement.findings if f.kind == "host" for h in f.hosts}
+            if i in named or j in named:
+                continue  # its host is named: that explains it
             again = figures.link(i, j, retest=True)
             if again is None:
                 finding.text += " (not retested)"

@@ -215,3 +215,4 @@ def plot(advice, output):
     figure.tight_layout()
     save(figure, output)
     plt.close(figure)
+    return figure
