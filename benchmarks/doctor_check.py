@@ -93,6 +93,9 @@ def main():
                   f"{', '.join(found) or 'nothing'}  {'ok' if right else 'WRONG'}"
                   + (f"  (cleared: {len(verdict['cleared'])})" if verdict["cleared"] else ""),
                   flush=True)
+            if not right:  # what it saw, to tell a real fault of the machine from a false alarm
+                for finding in verdict["findings"]:
+                    print(f"    {finding}", flush=True)
         print(f"{count} hosts: healthy checks {healthy}/{args.repeat} right, median "
               f"{statistics.median(times):.1f} s (min {min(times):.1f}, max {max(times):.1f})",
               flush=True)

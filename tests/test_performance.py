@@ -42,10 +42,12 @@ def test_time_budget_trials_agree_fall_and_stay_in_bounds(run, tmp_path):
         assert record["trials_per_rank"] == [record["trials"]] * 2  # every rank ran the same
         assert 5 <= record["trials"] <= 20
     # Small sizes (up to 8 KiB per rank, well under 2.5 ms a trial) hit the --trials cap; the
-    # largest (8 MiB per rank, 5-12 ms a trial) are cut to the budget. The pace is the median
-    # warmup, but on a shared machine a rank can be descheduled through most of a size's
-    # warmups, hence counts and bounds rather than a strict order.
-    assert sum(count == 20 for count in counts[:10]) >= 7, counts
+    # largest (8 MiB per rank, 5-12 ms a trial) are cut to the budget. The pace is rank 0's
+    # median warmup, but on a shared machine a rank can be descheduled through most of a size's
+    # warmups (the first sizes, right after start-up, most often: 12 and 13 trials seen), hence
+    # a majority rather than every small size. A slower machine only lowers the large sizes'
+    # counts further.
+    assert sum(count == 20 for count in counts[:10]) >= 5, counts
     assert max(counts[-2:]) < 20 and counts[-1] <= 10, counts
 
 

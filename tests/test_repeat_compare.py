@@ -99,8 +99,10 @@ def test_same_command_compares_as_no_significant_difference(run, tmp_path):
 def test_injected_delay_is_named_with_an_interval_that_holds_it(run, tmp_path):
     """Rank 1 waits 3 ms before every trial in B: the sizes are slower and marked, and the
     interval of B - A holds the 3 ms at most sizes. A late rank adds its delay and can add more
-    (the trial no longer overlaps the previous one's tail), so every interval must reach the
-    delay, and most hold it (measured here: 9 of 9 marked, holding it at 5 to 9 of 9)."""
+    (the trial no longer overlaps the previous one's tail), so the true difference is at least
+    the delay and a 95% interval falls short of it at about 1 size in 40: at most 2 of 9 may
+    (measured here: 9 of 9 marked, holding it at 5 to 9 of 9; in one CI run one interval
+    ended short of it)."""
     delay = 0.003
     paths = {}
     for name, env in (("a", {}), ("b", {"COMMBENCH_INJECT_DELAY": f"1:{delay}"})):
@@ -115,7 +117,7 @@ def test_injected_delay_is_named_with_an_interval_that_holds_it(run, tmp_path):
     assert len(rows) == 9 and all(r["ratio"] > 1 for r in rows), rows
     assert sum(r["marked"] for r in rows) >= 7, rows
     intervals = [(r["size"], r["diff_ci_s"]) for r in rows]
-    assert all(high >= delay for _, (low, high) in intervals), intervals
+    assert sum(high >= delay for _, (low, high) in intervals) >= 7, intervals
     holding = [r for r in rows if r["diff_ci_s"][0] <= delay <= r["diff_ci_s"][1]]
     assert len(holding) >= 5, intervals
     assert op["verdict"].startswith("all_reduce: torch.distributed gloo n=2: slower at small "
