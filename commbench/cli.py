@@ -135,12 +135,24 @@ def _device_type(text):
     return text
 
 
+def add_rank_flags(parser, dist_help):
+    """What every script that starts the suite's ranks shares (the op scripts, run_all.py,
+    doctor.py): the launcher's local rank, and the layer, backend and device to start."""
+    parser.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
+                        help="set by launchers; default: from the launcher's environment")
+    parser.add_argument("--backend", choices=constants.BACKENDS, default=constants.DEFAULT_BACKEND,
+                        help="communication backend (default: detected from the device)")
+    parser.add_argument("--dist", choices=constants.DISTS, default=constants.DEFAULT_DIST,
+                        help=f"{dist_help} (default %(default)s)")
+    parser.add_argument("--device", type=_device_type, default=constants.DEFAULT_DEVICE,
+                        help="cuda, cpu, xpu, hpu, npu, ... (default: detected)")
+
+
 def benchmark_parser():
     parser = _Parser(prog=os.path.basename(sys.argv[0]) or PROG,
                      description="Measure collective communication through deepspeed.comm "
                                  "or torch.distributed.")
-    parser.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
-                        help="set by launchers; default: from the launcher's environment")
+    add_rank_flags(parser, "communication layer to measure")
     parser.add_argument("--trials", type=int_at_least(1), default=constants.DEFAULT_TRIALS,
                         help="number of timed iterations (default %(default)s)")
     parser.add_argument("--warmups", type=int_at_least(0), default=constants.DEFAULT_WARMUPS,
@@ -163,10 +175,6 @@ def benchmark_parser():
                         help="issue ops with async_op=True (pt2pt: isend/irecv) and wait on "
                              "every handle inside the timed window")
     parser.add_argument("--bw-unit", choices=constants.BW_UNITS, default=constants.DEFAULT_UNIT)
-    parser.add_argument("--backend", choices=constants.BACKENDS, default=constants.DEFAULT_BACKEND,
-                        help="communication backend (default: detected from the device)")
-    parser.add_argument("--dist", choices=constants.DISTS, default=constants.DEFAULT_DIST,
-                        help="communication layer to measure (default %(default)s)")
     parser.add_argument("--scan", action="store_true",
                         help="sweep message sizes instead of one large message")
     parser.add_argument("--raw", action="store_true",
@@ -188,8 +196,6 @@ def benchmark_parser():
                              "(default %(default)s)")
     parser.add_argument("--debug", action="store_true",
                         help="all_to_all: print a few elements of each rank's buffers")
-    parser.add_argument("--device", type=_device_type, default=constants.DEFAULT_DEVICE,
-                        help="cuda, cpu, xpu, hpu, npu, ... (default: detected)")
     parser.add_argument("--check", action="store_true",
                         help="after timing each size, run the op once more on known input and "
                              "count wrong elements (column Wrong; any wrong: exit status 1)")

@@ -31,19 +31,20 @@ def init_processes(local_rank, args, ops=None):
     asks for one (only rank 0's counts: a multi-node launch may name it on one line alone).
     `ops` names the ops this run will measure, for the results file."""
     comm = init_comm(local_rank, args)
-    comm.results = _open_results(args, comm, ops or [])
+    comm.results = open_results(args, comm, lambda: run_meta(args, comm, ops or []))
     return comm
 
 
-def _open_results(args, comm, ops):
-    """Rank 0 opens the results file before anything is measured; every rank learns whether
-    that worked, so that none goes on to measure alone."""
+def open_results(args, comm, make_meta):
+    """Rank 0 opens the results file (--output), its first record make_meta(), before anything
+    is measured; every rank learns whether that worked, so that none goes on to measure alone.
+    Rank 0's writer, or None."""
     writer, failure = None, None
     if comm.global_rank == 0 and args.output:
         from . import results  # only runs that write one pay for it
         try:
             path = results.free_path(args.output, args.overwrite)
-            writer = results.open_writer(path, run_meta(args, comm, ops))
+            writer = results.open_writer(path, make_meta())
             if path != args.output:
                 note(comm, f"{args.output} exists; writing {path} (--overwrite replaces it)")
         except results.ResultsError as error:

@@ -32,6 +32,24 @@ GROUP = re.compile(r"(intra|inter)-host group (\d+) \(ranks ([\d ]+?)(?: on (\S+
 ROW_LINE = re.compile(r"^\S")
 
 
+# make test's first part runs files two at a time (pytest-xdist, --dist loadfile: a file is
+# one unit of work, handed to whichever worker is free, in collection order). The longest
+# first, so that neither worker starts a long file when the other is nearly done: measured
+# in a CI run (scripts/test-times.py), each of these takes 20-175 s; the rest, a few seconds
+# to 20, follow in their own order.
+LONGEST_FIRST = ("test_property.py", "test_sweeps_and_ops.py", "test_mpi_slurm.py",
+                 "test_launchers.py", "test_memory.py", "test_output_stats.py",
+                 "test_hardening.py", "test_io_faults.py", "test_check.py",
+                 "test_parallel_bench.py", "test_groups.py", "test_gpu_check.py",
+                 "test_errors.py", "test_many_hosts_mpi.py", "test_torch_alone.py",
+                 "test_scan.py", "test_first_hour.py", "test_many_hosts.py")
+
+
+def pytest_collection_modifyitems(items):
+    order = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: order.get(item.path.name, len(order)))  # stable: files keep theirs
+
+
 def _ephemeral_ports():
     try:
         low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())

@@ -18,7 +18,9 @@ import torch.distributed
 import constants
 
 from .. import results
+from ..cli import add_rank_flags
 from ..comm import init_comm
+from ..harness import open_results
 from ..errors import BenchmarkError, UsageError
 from ..flags import Parser
 from ..numbers import byte_count, float_in, int_at_least
@@ -60,8 +62,7 @@ def parser():
                             "themselves, every pair of hosts both ways, a verdict naming the "
                             "slow or broken host or link. Exit 0 healthy, 1 anything suspect "
                             "or unreachable, 2 bad usage.")
-    p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
-                   help="set by launchers; default: from the launcher's environment")
+    add_rank_flags(p, "communication layer to start")
     p.add_argument("--min-fraction", type=_fraction, default=DEFAULT_MIN_FRACTION, metavar="F",
                    help="a host or link below F of its peers' median bandwidth (or above 1/F of "
                         "their latency), and beyond 3 robust deviations of them, is suspect "
@@ -86,12 +87,6 @@ def parser():
                    help="re-measure each suspect host against K hosts judged good before naming "
                         "it (default 2; 0: name first-pass suspects)")
     p.add_argument("--bw-unit", choices=constants.BW_UNITS, default=constants.DEFAULT_UNIT)
-    p.add_argument("--backend", choices=constants.BACKENDS, default=constants.DEFAULT_BACKEND,
-                   help="communication backend (default: detected from the device)")
-    p.add_argument("--dist", choices=constants.DISTS, default=constants.DEFAULT_DIST,
-                   help="communication layer to start (default %(default)s)")
-    p.add_argument("--device", default=constants.DEFAULT_DEVICE,
-                   help="cuda, cpu, ... (default: detected)")
     p.add_argument("--timeout", type=float_in(0, 1e6, "a positive number of seconds"),
                    default=120, metavar="SECONDS",
                    help="seconds a rank waits for a peer; a host that does not answer within it "
@@ -301,17 +296,7 @@ def main(local_rank, args):
     started = time.monotonic()
     comm = init_comm(local_rank, args)
     check = Check(comm, args)
-    failure = None
-    if comm.global_rank == 0 and args.output:
-        try:
-            path = results.free_path(args.output, args.overwrite)
-            check.writer = results.open_writer(path, meta(args, comm, check))
-            if path != args.output:
-                note(comm, f"{args.output} exists; writing {path} (--overwrite replaces it)")
-        except results.ResultsError as error:
-            failure = str(error)
-    if comm.any_rank(failure is not None):
-        raise BenchmarkError(failure or "rank 0 cannot write the results file")
+    check.writer = open_results(args, comm, lambda: meta(args, comm, check))
     hosts, per_host = len(check.hosts), len(check.ranks[0])
     rounds = schedule.round_robin(hosts)
     note(comm, f"doctor: {hosts} host{'s' if hosts > 1 else ''} x {per_host} rank"
