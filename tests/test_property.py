@@ -325,7 +325,11 @@ def run_faulted(script, world_size, flags, switches, fault, folder, group, no_cc
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                  HealthCheck.data_too_large])
 @given(example=faulted_runs())
-@pytest.mark.parametrize("fault", FAULTS)
+# The stale lock is planted in the build directory every --dist deepspeed run of the suite
+# loads from: beside another test (make test's first part) that run would remove it first, so
+# this fault runs in the serial part.
+@pytest.mark.parametrize("fault", [pytest.param(f, marks=pytest.mark.serial)
+                                   if f == "stale lock" else f for f in FAULTS])
 def test_random_command_lines_under_faults(cgroup, no_ccl, tmp_path_factory, fault, example):
     script, world_size, flags, switches = example
     # Derandomized examples are the same for every fault: turn the world size and the script
