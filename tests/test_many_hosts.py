@@ -6,6 +6,8 @@ torn down by name (and every process in them killed) even when a test fails."""
 import json
 import os
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
@@ -76,10 +78,27 @@ def test_three_hosts(hosts, tmp_path):
     assert all(len(t.rows) == 4 for t in tables)
 
 
+def _command_name(pid):
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:  # gone meanwhile
+        return None
+
+
 def test_hosts_go_down_with_what_runs_in_them(hosts):
     name, _ = hosts(2)
     sleeper = subprocess.Popen([str(SCRIPT), "run", name, "2", "sleep", "300"])
     try:
+        # down kills what runs in a host: wait until the sleeper does (on a busy machine `run`
+        # can still be on its way in when down comes, and then it is not in the host yet)
+        for _ in range(300):
+            pids = subprocess.run(["ip", "netns", "pids", f"{name}2"], capture_output=True,
+                                  text=True).stdout.split()
+            if "sleep" in map(_command_name, pids):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the sleeper never ran in its host")
         subprocess.run([str(SCRIPT), "down", name], check=True, timeout=60)
         assert sleeper.wait(timeout=10) != 0  # killed with its host
         assert not os.path.exists(f"/run/netns/{name}2")
