@@ -73,6 +73,9 @@ down() {
     check_name "$name"
     for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$name[0-9]+$"); do
         for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+        # the host's end of the pair first: removing a namespace removes its links later, in the
+        # kernel's own time, and a killed process can still hold the namespace for a moment
+        ip link del "${name}v${ns#"$name"}" 2>/dev/null
         ip netns del "$ns" 2>/dev/null
     done
     ip link del "${name}br" 2>/dev/null

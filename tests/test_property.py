@@ -61,7 +61,7 @@ STAGES = [(USAGE, 2), (MISSING, 1), (GLOO_DTYPE, 2), (OUTPUT, 1)]
 # Lines DeepSpeed itself writes to stderr (its logger, and its extension loader).
 DEEPSPEED_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\] \[(INFO|WARNING)\] |"
                             r"^DeepSpeed deepspeed\.ops\.comm\.deepspeed_shm_comm_op built ")
-EXAMPLES = int(os.environ.get("COMMBENCH_PROPERTY_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("COMMBENCH_PROPERTY_EXAMPLES", "24"))
 
 
 @st.composite

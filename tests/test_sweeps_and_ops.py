@@ -26,8 +26,9 @@ def wrong(table):
 
 # --------------------------------------------------------------------------- the four new ops
 
-@pytest.mark.parametrize("dist", ["torch", "deepspeed"])
-@pytest.mark.parametrize("nproc", [1, 2, 3])
+# Both layers at 3 ranks (not a power of two), one each at 1 and 2.
+@pytest.mark.parametrize("nproc,dist", [(1, "deepspeed"), (2, "torch"), (3, "torch"),
+                                        (3, "deepspeed")])
 def test_reduce_gather_scatter_barrier(run, tmp_path, nproc, dist):
     output = tmp_path / "more.jsonl"
     result = run("run_all.py", "--reduce", "--gather", "--scatter", "--barrier", "--scan", "--raw",
@@ -189,13 +190,15 @@ def test_min_bytes_below_an_element_of_dtype_all_is_refused_on_every_rank(run):
 
 # --------------------------------------------------------------------------- --op
 
-@pytest.mark.parametrize("op,dtypes", [
-    ("prod", "float32,bfloat16,int8"),
-    ("min", "float32,int32"),
-    ("max", "bfloat16,uint8"),
-    ("avg", "float32,bfloat16,float16"),
+# Every operator; both layers for avg (DeepSpeed's layer maps it on its own), one each for the
+# rest, every dtype the operator's case lists on either.
+@pytest.mark.parametrize("op,dtypes,dist", [
+    ("prod", "float32,bfloat16,int8", "deepspeed"),
+    ("min", "float32,int32", "torch"),
+    ("max", "bfloat16,uint8", "deepspeed"),
+    ("avg", "float32,bfloat16,float16", "torch"),
+    ("avg", "float32,bfloat16,float16", "deepspeed"),
 ])
-@pytest.mark.parametrize("dist", ["torch", "deepspeed"])
 def test_every_reducing_op_checks_under_each_operator(run, tmp_path, op, dtypes, dist):
     output = tmp_path / "op.jsonl"
     result = run("run_all.py", "--all-reduce", "--reduce-scatter", "--reduce", "--all-gather",

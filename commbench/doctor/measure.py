@@ -1,9 +1,9 @@
 """What a check measures, each as R windows of T trials (as --repeat: the window is the unit of
 repetition, and the figure carries a 95% interval over the windows):
 
-- a host's ranks among themselves (when a host has several): an all_reduce of the large
-  message (bus bandwidth) and of the small one (latency) in the host's own group, every host at
-  once;
+- a host's ranks among themselves (when a host has several), in the host's own group: an
+  all_reduce of the small message (latency: the median op of a window; one host after the
+  other) and of the large one (bus bandwidth; every host at once);
 - a pair of hosts, through one rank of each in a group of two: the small message's one-way
   latency (ping-pong, half the round trip), the large message's bandwidth each way in turn
   (timed by the receiver), and both ways at once (both directions counted, as osu_bibw).
@@ -162,11 +162,13 @@ class Pair:
 
 class Host:
     """A host's ranks among themselves in their own group, as its first rank times them: the
-    small message's all_reduce time (hosts one after the other) and the large message's bus
-    bandwidth (every host at once)."""
+    small message's all_reduce time (the median of each window's, hosts one after the other)
+    and the large message's bus bandwidth (every host at once)."""
 
-    def __init__(self, comm, group, size, small_bytes, large_bytes):
-        self.comm, self.group, self.size = comm, group, size
+    def __init__(self, comm, group, ranks, small_bytes, large_bytes):
+        self.comm, self.group, self.size = comm, group, len(ranks)
+        self.first = ranks[0]  # global rank: the one whose figures the host posts
+        size = self.size
         self.large = torch.ones(max(size, large_bytes // 4), dtype=torch.float32,
                                 device=comm.device)
         self.small = torch.ones(max(1, small_bytes // 4), dtype=torch.float32,
@@ -181,10 +183,35 @@ class Host:
         self.comm.synchronize()
         return (time.perf_counter() - started) / count
 
-    def latency(self, trials, repeat, warmups):
-        for _ in range(max(1, warmups)):
-            self._window(self.small, trials)
-        latency, latency_ci = _windows(lambda: self._window(self.small, trials), repeat)
+    def _median_op(self, count):
+        """Seconds of the small all_reduce: the median of `count`, each timed alone (a
+        descheduled rank makes one of them 10x slower, not the host; a window's mean would
+        carry it)."""
+        torch.distributed.barrier(group=self.group)
+        self.comm.synchronize()
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            torch.distributed.all_reduce(self.small, group=self.group)
+            self.comm.synchronize()
+            times.append(time.perf_counter() - started)
+        return statistics.median(times)
+
+    def latency(self, trials, repeat, warmups, warm_s=0.05):
+        """The small message's figures, as a record's fields. Untimed windows first, `warmups`
+        of them and for at least `warm_s` (as a pair's: ranks that waited for the other hosts'
+        turns come back slow for a while); the host's first rank decides when that is over."""
+        started, windows = time.perf_counter(), 0
+        more = torch.zeros(1, dtype=torch.float32, device=self.comm.device)
+        while True:
+            self._median_op(trials)
+            windows += 1
+            more.fill_(1.0 if (windows < max(1, warmups) or
+                               time.perf_counter() - started < warm_s) and windows < 200 else 0.0)
+            torch.distributed.broadcast(more, self.first, group=self.group)
+            if not more.item():
+                break
+        latency, latency_ci = _windows(lambda: self._median_op(trials), repeat)
         return {"latency_s": latency, "latency_ci_s": [max(0.0, latency_ci[0]), latency_ci[1]],
                 "small_bytes": self.small.nbytes, "trials": trials}
 

@@ -178,7 +178,7 @@ class Check:
         after the other (hosts that share cores would slow each other's round trips), then
         bandwidth, all hosts at once."""
         mine = self.ranks[self.my_host]
-        host = measure.Host(self.comm, self._group(mine), len(mine), self.args.small_bytes,
+        host = measure.Host(self.comm, self._group(mine), list(mine), self.args.small_bytes,
                             self.args.large_bytes)
         figures = {}
         for turn in range(len(self.hosts)):
