@@ -6,6 +6,7 @@ module is imported by everything.
 
 DEFAULT_WARMUPS = 5
 DEFAULT_TRIALS = 50
+DEFAULT_MAX_WINDOWS = 100  # --precision: windows a size at most (the warm-up not counted)
 DEFAULT_TYPE = "float"
 DEFAULT_BACKEND = None  # detected: see commbench.layer.resolve_device_and_backend
 DEFAULT_DEVICE = None  # detected

@@ -11,11 +11,11 @@ import torch
 
 import constants
 
-from . import groups as grouping
+from . import groups as grouping, precision
 from .dtypes import dtype_list, get_dtype
 from .errors import PROG, UsageError
 from .flags import Parser
-from .numbers import byte_count, float_in, int_at_least
+from .numbers import byte_count, float_in, int_at_least, percentage
 
 
 class _Parser(Parser):
@@ -106,6 +106,13 @@ def _settle(parser, args):
         args.step_factor = args.step_factor or constants.DEFAULT_STEP_FACTOR
         if args.min_bytes > args.max_bytes:
             parser.error(f"--min-bytes {args.min_bytes} is above --max-bytes {args.max_bytes}")
+    if args.precision is not None and args.repeat > 1:
+        parser.error("--precision measures each size until its interval is tight enough; "
+                     "--repeat sets a fixed count: give one of them")
+    if args.max_windows is not None and args.precision is None:
+        parser.error("--max-windows caps --precision's windows; give --precision too")
+    if args.precision is not None and args.max_windows is None:
+        args.max_windows = constants.DEFAULT_MAX_WINDOWS
     if args.compute_cpus and not args.overlap:
         parser.error("--compute-cpus places --overlap's windows; give --overlap too")
     names = dtype_list(args.dtype)
@@ -205,6 +212,15 @@ def benchmark_parser():
                         help="time each size as R windows of --trials trials, spread over the "
                              "run (one per pass over the sizes); the table gains a 95%% "
                              "interval of Duration (default 1)")
+    parser.add_argument("--precision", type=percentage, default=None, metavar="P",
+                        help="time each size in windows of --trials trials until the 95%% "
+                             "interval of Duration is within P of it (5%%): at least 3 windows "
+                             "after a warm-up one, spread over the run as --repeat's; "
+                             "--time-budget then covers the whole run; rows that stop short are "
+                             "marked !")
+    parser.add_argument("--max-windows", type=int_at_least(precision.MIN_WINDOWS), default=None,
+                        metavar="M", help="--precision: at most M windows a size, the warm-up "
+                                          f"not counted (default {constants.DEFAULT_MAX_WINDOWS})")
     parser.add_argument("--groups", type=_layouts, default=None, metavar="LAYOUTS",
                         help="run each op concurrently in sub-groups instead of the whole world: "
                              "intra (the ranks of each host together, every host at once), inter "
@@ -230,7 +246,9 @@ def benchmark_parser():
                         help="replace an existing --output file (default: write PATH.1, PATH.2, ...)")
     parser.add_argument("--time-budget", type=_positive_seconds, default=None, metavar="SECONDS",
                         help="per message size, time about this long: the trial count comes "
-                             "from the median warmup's pace, at least 5 and at most --trials")
+                             "from the median warmup's pace, at least 5 and at most --trials; "
+                             "with --precision, the seconds of the whole run, shared between "
+                             "its ops and sizes")
     parser.add_argument("--timeout", type=_positive_seconds, default=constants.DEFAULT_TIMEOUT,
                         help="seconds a rank waits for its peers (rendezvous, process group) "
                              "before it gives up with an error (default %(default)s)")

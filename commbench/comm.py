@@ -54,6 +54,7 @@ class Comm:
     reduce_args: tuple = ()
     compute: object = None  # --overlap's compute phase (overlap.Compute), made at first use
     results: object = None  # rank 0's results writer (results.py), with --output
+    budget: object = None  # --precision's share of --time-budget (precision.Budget)
     failures: list = field(default_factory=list)  # --check: "op at size" that had wrong elements
     # This rank's own reason to stop (its output failed): a BenchmarkError it ends with once the
     # ranks have agreed to stop (guard.agree_to_go_on).

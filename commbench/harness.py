@@ -22,7 +22,7 @@ from .guard import (RESULTS_LOCK, agree_to_go_on, deadline, guard_stop_signals, 
 from .memory import MemoryMeter
 from .sizes import allocate, cap_sweep, plan_single_size, sweep_numels
 from .table import duration_text, emit_or_stop, note, output_failure, print_header, print_row
-from . import groups as grouping, overlap
+from . import groups as grouping, overlap, precision
 from .timing import STATS, interval, odd_window, summarize, time_op, window
 
 
@@ -32,6 +32,8 @@ def init_processes(local_rank, args, ops=None):
     `ops` names the ops this run will measure, for the results file."""
     comm = init_comm(local_rank, args)
     comm.results = open_results(args, comm, lambda: run_meta(args, comm, ops or []))
+    comm.budget = precision.Budget(args.time_budget, ops or []) \
+        if getattr(args, "precision", None) is not None else None
     return comm
 
 
@@ -76,6 +78,8 @@ def run_meta(args, comm, ops):
         "mem_factor": args.mem_factor, "bw_unit": args.bw_unit, "check": args.check,
         "time_budget": args.time_budget,
         "stats": args.stats, "repeat": getattr(args, "repeat", 1), "pin": getattr(args, "pin", False),
+        "precision": getattr(args, "precision", None),
+        "max_windows": getattr(args, "max_windows", None),
         "overlap": getattr(args, "overlap", False),
         "overlap_factor": getattr(args, "overlap_factor", 1.0),
         "compute_cpus": sorted(getattr(args, "compute_cpus", None) or []) or None,
@@ -129,7 +133,9 @@ def timed_collective(collective, input, output, args, comm, meter=None, earlier=
     if len(windows) > 1:  # --repeat: each window's figure, last
         mine += [w.mean for w in windows] + [w.count for w in windows]
     everyone = comm.gather_figures(mine)
-    if len(windows) > 1:
+    # (--precision: many windows, where an outlier is expected now and then and the interval
+    # already carries it)
+    if len(windows) > 1 and getattr(args, "precision", None) is None:
         odd = odd_window([w.mean for w in windows])
         if odd:
             note(comm, f"WARNING: {collective.name} at {input.element_size() * input.nelement()} "
@@ -180,12 +186,21 @@ def _group_result(collective, input, args, comm, per_rank, ranks, repeat):
                                              int(figures[_MEMORY]) for figures in per_rank]}
     if collective.reduces:
         record["reduce_op"] = getattr(args, "op", "sum")
-    extra = [str(trials)] if args.time_budget else []
+    target = getattr(args, "precision", None)
+    extra = [str(trials)] if args.time_budget and target is None else []
     if repeat > 1:
         low, high = lead[_LOW], lead[_HIGH]
         record.update(repeat=repeat, windows_s=lead[-2 * repeat:-repeat],
                       window_trials=[int(count) for count in lead[-repeat:]], ci95_s=[low, high])
-        extra.append(f"±{(high - mean) / mean * 100:.1f}%" if mean > 0 else "-")
+        reached = (high - mean) / mean if mean > 0 else None
+        text = "-" if reached is None else f"±{reached * 100:.1f}%"
+        if target is not None:
+            met = reached is not None and reached <= target
+            record.update(precision=target, precision_reached=reached, precision_met=met)
+            text += "" if met else "!"
+        extra.append(text)
+    if target is not None:
+        extra.append(str(repeat))
     at = _STATS_AT
     if args.stats:
         stats_end = at + len(STATS)
@@ -232,8 +247,9 @@ def _overlap(collective, input, output, count, args, comm):
 
 
 def _progress(comm, op_name, total):
-    """A progress bar over the sizes of an op, on rank 0 when stderr is a terminal; else None."""
-    if comm.global_rank != 0 or total < 2 or not sys.stderr.isatty():
+    """A progress bar over the windows of an op's sizes (total None: not known ahead, as under
+    --precision), on rank 0 when stderr is a terminal; else None."""
+    if comm.global_rank != 0 or (total is not None and total < 2) or not sys.stderr.isatty():
         return None
     try:
         from tqdm import tqdm
@@ -265,6 +281,9 @@ def run_collective(collective, args, comm):
                              f"torchrun --nproc_per_node {collective.min_world_size}")
     runs = runs_per_dtype(args, comm)
     several = len(runs) > 1 and collective.payload
+    if comm.budget is not None:
+        layouts = len(getattr(args, "groups", None) or ["world"])
+        comm.budget.start_op(collective.name, layouts * (len(runs) if collective.payload else 1))
     records = []
     try:
         for kind in getattr(args, "groups", None) or ["world"]:
@@ -300,23 +319,28 @@ def _run_sizes(collective, args, comm, dtype_shown):
     header(0)
     # --repeat R: R passes over the sizes, one window of each size per pass, so that each size's
     # windows are spread over the op's whole run and drift hits them alike; the rows (and the
-    # whole records) come in the last pass, each window's record as it is measured.
-    repeat = getattr(args, "repeat", 1)
+    # whole records) come in the last pass, each window's record as it is measured. --precision:
+    # passes until each size's interval is tight enough (commbench.precision).
+    adaptive = getattr(args, "precision", None) is not None
+    schedule = precision.Schedule(args, comm, len(numels), groups) if adaptive else \
+        _FixedPasses(getattr(args, "repeat", 1), len(numels))
     records, windows = [], {numel: [] for numel in numels}
-    bar = _progress(comm, collective.name, len(numels) * repeat)
-    for window_index in range(repeat):
-        last = window_index == repeat - 1
-        for position, numel in enumerate(numels):
+    bar = _progress(comm, collective.name, None if adaptive else len(numels) * schedule.repeat)
+    for number, positions, last in schedule.passes():
+        for position in positions:
+            numel = numels[position]
             where = (f"rank {comm.global_rank}: {collective.name} at {numel} elements of {args.dtype} "
                      "per rank")
             with deadline(args.timeout, f"{where} did not finish within {args.timeout:g} s; a "
                                         "peer rank likely died or is stuck (see its log)"):
                 try:
                     agree_to_go_on(comm)
+                    started = time.perf_counter()
                     meter = MemoryMeter(comm)
                     buffers = allocate(collective, numel, args, comm)
                     if buffers is None:
-                        numels = numels[:position]  # later passes stop where this one did
+                        schedule.truncate(position)  # later passes stop where this one did
+                        numels = numels[:position]
                         break
                     if bar is not None:
                         bar.clear()  # the row goes where the bar was; the bar is redrawn below
@@ -324,8 +348,14 @@ def _run_sizes(collective, args, comm, dtype_shown):
                         records.append(timed_collective(collective, *buffers, args, comm,
                                                         meter=meter, earlier=windows[numel]))
                     else:
-                        windows[numel].append(_time_window(collective, *buffers, args, comm,
-                                                           window_index))
+                        warmup = adaptive and number == 0
+                        timing, everyone = _time_window(collective, *buffers, args, comm, number,
+                                                        warmup)
+                        if not warmup:
+                            windows[numel].append(timing)
+                        if adaptive:
+                            schedule.measured(position, everyone, groups,
+                                              time.perf_counter() - started)
                 except RuntimeError as error:  # DistError is a RuntimeError: a peer failed
                     reason = str(error).strip().splitlines()[0][:300] if str(error).strip() \
                         else type(error).__name__
@@ -335,6 +365,8 @@ def _run_sizes(collective, args, comm, dtype_shown):
                 bar.update(1)
     if bar is not None:
         bar.close()
+    if adaptive:
+        _note_shortfalls(collective, args, comm, records, schedule.shortfalls(), numels)
     if comm.layout is not None:  # the other groups' tables, rows as measured
         for index in range(1, len(groups)):
             header(index)
@@ -343,21 +375,59 @@ def _run_sizes(collective, args, comm, dtype_shown):
     return records
 
 
-def _time_window(collective, input, output, args, comm, index):
-    """One window of a size in a pass before the last (--repeat): timed, and its figure written
-    to the results file at once (a record with "window": index, one per group under --groups),
-    so that a run that dies keeps it."""
+class _FixedPasses:
+    """--repeat R's passes: every size in each of R passes; the last gives the rows."""
+
+    def __init__(self, repeat, count):
+        self.repeat, self.count = repeat, count
+
+    def truncate(self, position):
+        self.count = position
+
+    def passes(self):
+        for number in range(self.repeat):
+            yield number, list(range(self.count)), number == self.repeat - 1
+
+
+def _note_shortfalls(collective, args, comm, records, why, numels):
+    """--precision: one line on stderr for the rows (marked !) whose interval stayed wider than
+    asked, with each one's figure and why it stopped."""
+    missed = [r for r in records if r and r.get("precision_met") is False]
+    if not missed:
+        return
+    reasons = {"budget": "the time budget ran out", "max-windows": "--max-windows reached"}
+    stops = {reasons.get(why.get(p), "its last window widened it")
+             for p, numel in enumerate(numels)
+             if any(r["numel"] == numel for r in missed)}
+    sizes = ", ".join(f"{r['size_bytes']} B ±{r['precision_reached'] * 100:.1f}% in "
+                      f"{r['repeat']} windows" for r in missed[:4])
+    more = f" and {len(missed) - 4} more" if len(missed) > 4 else ""
+    note(comm, f"{collective.name}: {len(missed)} of {len(records)} rows did not reach "
+               f"±{args.precision * 100:g}% (marked !; {'; '.join(sorted(stops))}): "
+               f"{sizes}{more}")
+
+
+def _time_window(collective, input, output, args, comm, index, warmup=False):
+    """One window of a size in a pass before the last (--repeat, --precision): timed, and its
+    figure written to the results file at once (a record with "window": index, one per group
+    under --groups), so that a run that dies keeps it. (This rank's Timing, every rank's
+    [mean, trials].)"""
     timing = time_op(collective.bind(comm, input, output, args.async_op), args, comm)
     everyone = comm.gather_figures([timing.mean, timing.count])
     kind, groups, _ = comm.group_layout
+    target = getattr(args, "precision", None)
     for number, ranks in enumerate(groups):
         mean, count = everyone[ranks[0]]
         record = {**_size_record(collective, input, comm, mean), "window": index,
-                  "repeat": args.repeat, "trials": int(count)}
+                  "trials": int(count)}
+        if target is None:
+            record["repeat"] = args.repeat
+        else:
+            record.update(precision=target, warmup=warmup)
         if kind != "world":
             record.update(groups=kind, group=number, group_ranks=ranks)
         _add_record(comm, record)
-    return timing
+    return timing, everyone
 
 
 def _size_record(collective, input, comm, mean):

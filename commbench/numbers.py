@@ -30,6 +30,22 @@ def float_in(low, high, what):
     return parse
 
 
+def percentage(text):
+    """A percentage above 0% and below 100% ("5%", "2.5%"), as a fraction. The sign is required:
+    a bare 5 could mean 5% or 500%."""
+    body = text.strip()
+    try:
+        if not body.endswith("%"):
+            raise ValueError
+        value = float(body[:-1])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a percentage: give one such as 5%") \
+            from None
+    if not 0 < value < 100:
+        raise argparse.ArgumentTypeError(f"must be above 0% and below 100%, got {text}")
+    return value / 100
+
+
 _BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 

@@ -20,7 +20,8 @@ FORMATS = (".jsonl", ".csv", ".json")
 CSV_FIELDS = (
     "op", "dist", "backend", "device", "dtype", "reduce_op", "world_size", "groups", "group",
     "group_ranks", "size_bytes", "numel",
-    "element_size", "window", "repeat", "trials", "duration_s", "ci95_low_s", "ci95_high_s", "throughput_Bps", "busbw_Bps", "wrong",
+    "element_size", "window", "warmup", "repeat", "trials", "duration_s", "ci95_low_s", "ci95_high_s",
+    "precision", "precision_reached", "precision_met", "throughput_Bps", "busbw_Bps", "wrong",
     "min_s", "median_s", "p99_s", "max_s", "cv", "slowest_rank", "slowest_host", "comm_s", "compute_s", "total_s",
     "overlap_pct", "durations_per_rank_s",
     "trials_per_rank", "memory_used_per_rank_bytes",
@@ -210,8 +211,11 @@ def _typed_csv_row(row):
     integers = ("world_size", "size_bytes", "numel", "element_size", "trials", "wrong",
                 "slowest_rank", "window", "repeat", "group")
     floats = ("duration_s", "throughput_Bps", "busbw_Bps", "min_s", "median_s", "p99_s", "max_s",
-              "cv", "comm_s", "compute_s", "total_s", "overlap_pct", "ci95_low_s", "ci95_high_s")
+              "cv", "comm_s", "compute_s", "total_s", "overlap_pct", "ci95_low_s", "ci95_high_s",
+              "precision", "precision_reached")
     typed = dict(row)
+    for key in ("warmup", "precision_met"):
+        typed[key] = {"True": True, "False": False}.get(row.get(key))
     if row.get("ci95_low_s"):
         typed["ci95_s"] = [float(row["ci95_low_s"]), float(row["ci95_high_s"])]
     for key in integers:
@@ -250,7 +254,7 @@ def windows(records):
         key = series(r)
         if r.get("windows_s"):
             found[key] = [float(w) for w in r["windows_s"]]
-        elif r.get("window") is not None and key not in found:
+        elif r.get("window") is not None and not r.get("warmup") and key not in found:
             found.setdefault(("partial",) + key, []).append(float(r["duration_s"]))
     for key in [k for k in found if k[0] == "partial"]:
         values = found.pop(key)

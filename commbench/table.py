@@ -78,11 +78,15 @@ def get_metric_strings(args, tput, busbw, duration):
 
 def _extra_columns(args):
     """(title, width) of the columns after BusBW: --time-budget's trial count, --repeat's
-    interval, --stats figures, --overlap's, then --check's Wrong."""
+    interval (--precision's, and its window count), --stats figures, --overlap's, then
+    --check's Wrong."""
     unit = " (us)" if args.raw else ""
-    columns = [("Trials", 10)] if args.time_budget else []
-    if getattr(args, "repeat", 1) > 1:
+    adaptive = getattr(args, "precision", None) is not None
+    columns = [("Trials", 10)] if args.time_budget and not adaptive else []
+    if getattr(args, "repeat", 1) > 1 or adaptive:
         columns.append(("±95% CI", 10))
+    if adaptive:
+        columns.append(("Windows", 10))
     if args.stats:
         # Slowest: the straggler's rank, or rank@host when the run spans hosts
         columns += [(f"Median{unit}", 20), (f"P99{unit}", 20), ("Slowest", 20)]

@@ -124,8 +124,8 @@ def trial_count(args, comm, pace):
     """--trials, or with --time-budget the count that fills the budget at `pace` seconds a
     trial (at least 5, at most --trials). Rank 0 decides and every rank uses its number: ranks
     that disagreed on a loop count would leave one waiting in a collective forever."""
-    if args.time_budget is None:
-        return args.trials
+    if args.time_budget is None or getattr(args, "precision", None) is not None:
+        return args.trials  # --precision: the budget is the run's, and windows are --trials long
     budget = args.time_budget / getattr(args, "repeat", 1)  # the budget covers every window
     wanted = budget / pace if pace > 0 else args.trials
     count = torch.tensor([max(MIN_BUDGET_TRIALS, min(args.trials, int(wanted)))],
@@ -153,7 +153,8 @@ def time_op(call, args, comm):
     """Time the trials on this rank (trial_count of them), after `args.warmups` untimed ones."""
     comm.sync_all()
     pace = 0.0
-    if args.time_budget is not None:  # it needs a pace even without warmups: one call then
+    if args.time_budget is not None and getattr(args, "precision", None) is None:
+        # it needs a pace even without warmups: one call then
         pace = _paced_warmups(call, args.warmups or 1, args.async_op, comm)
     else:
         _issue(call, args.warmups, args.async_op)

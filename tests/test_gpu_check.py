@@ -34,7 +34,7 @@ def test_no_gpu_is_one_line_and_exit_2():
 
 def test_every_case_runs_on_cpu_ranks():
     # The single-size case plans on a share of the rank's memory: a cgroup keeps it small.
-    with memory_cgroup(2 << 30) as group:
+    with memory_cgroup(1 << 30) as group:
         result = gpu_check("--device", "cpu", preexec_fn=group.enter)
         assert group.oom_kills() == 0
     lines = result.stdout.strip().splitlines()

@@ -50,6 +50,7 @@ VALUES = {
     "--output": {"r.jsonl": OK, "r.csv": OK, "r.json": OK, "r.txt": OUTPUT, ".": OUTPUT,
                  "no/such/dir/r.jsonl": OUTPUT},
     "--time-budget": {"0.05": OK, "0": USAGE, "-1": USAGE, "soon": USAGE},
+    "--precision": {"50%": OK, "0%": USAGE, "5": USAGE},
     "--timeout": {"60": OK, "0": USAGE, "-5": USAGE, "inf": USAGE},
     "--local_rank": {"SELF": OK, "x": USAGE},
 }
