@@ -4,7 +4,7 @@ One module per concern, dependencies running one way (top to bottom):
 
   harness     runs an op: its sizes, timing, check, row and record; the entry point
   sizes       which message sizes: the scan, the single-size plan, allocation
-  precision   --precision: which sizes need more windows, the run's budget shared out
+  precision   the passes over an op's sizes: --repeat's, --precision's (the budget shared out)
   timing      the warmup and trial loop, per-trial statistics, --repeat's interval
   overlap     --overlap: the collective against a compute phase, OSU's overlap %
   check       --check: known input, the expected result, wrong elements counted

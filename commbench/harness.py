@@ -105,19 +105,22 @@ def finish(comm):
         raise BenchmarkError(f"--check found wrong elements: {comm.failures[0]}{more}")
 
 
-def timed_collective(collective, input, output, args, comm, meter=None, earlier=None):
+def timed_collective(collective, input, output, args, comm, meter=None, earlier=None,
+                     counted=True):
     """Time one message size, check it with --check, print its row and record it.
 
     meter: the MemoryMeter started before the buffers were allocated, for the record's
     memory figure. earlier: the Timings of this size's earlier windows (--repeat); the row's
-    figure is then the mean over every window's trials, with its 95% interval. Under --groups
+    figure is then the mean over every window's trials, with its 95% interval. counted=False
+    (--precision): this window gives --check, --stats and --overlap, and the row's figure is
+    that of the earlier windows alone, the ones the decision to stop saw. Under --groups
     every group of the layout gets its row (group 0's at once, the others' in their own table
     after the op) and its record. Returns the record of this rank's group (bytes, seconds,
     bytes/s).
     """
     call = collective.bind(comm, input, output, args.async_op)
     timing = time_op(call, args, comm)
-    windows = list(earlier or []) + [timing]
+    windows = list(earlier or []) + ([timing] if counted or not earlier else [])
     mean, low, high = interval([w.mean for w in windows], [w.count for w in windows])
     hidden = _overlap(collective, input, output, timing.count, args, comm) \
         if getattr(args, "overlap", False) else None
@@ -323,7 +326,7 @@ def _run_sizes(collective, args, comm, dtype_shown):
     # passes until each size's interval is tight enough (commbench.precision).
     adaptive = getattr(args, "precision", None) is not None
     schedule = precision.Schedule(args, comm, len(numels), groups) if adaptive else \
-        _FixedPasses(getattr(args, "repeat", 1), len(numels))
+        precision.FixedPasses(getattr(args, "repeat", 1), len(numels))
     records, windows = [], {numel: [] for numel in numels}
     bar = _progress(comm, collective.name, None if adaptive else len(numels) * schedule.repeat)
     for number, positions, last in schedule.passes():
@@ -346,7 +349,8 @@ def _run_sizes(collective, args, comm, dtype_shown):
                         bar.clear()  # the row goes where the bar was; the bar is redrawn below
                     if last:
                         records.append(timed_collective(collective, *buffers, args, comm,
-                                                        meter=meter, earlier=windows[numel]))
+                                                        meter=meter, earlier=windows[numel],
+                                                        counted=not adaptive))
                     else:
                         warmup = adaptive and number == 0
                         timing, everyone = _time_window(collective, *buffers, args, comm, number,
@@ -366,45 +370,14 @@ def _run_sizes(collective, args, comm, dtype_shown):
     if bar is not None:
         bar.close()
     if adaptive:
-        _note_shortfalls(collective, args, comm, records, schedule.shortfalls(), numels)
+        precision.note_shortfalls(collective.name, args, comm, records, schedule.shortfalls(),
+                                  numels)
     if comm.layout is not None:  # the other groups' tables, rows as measured
         for index in range(1, len(groups)):
             header(index)
             for row in comm.layout.pending.pop(index, []):
                 print_row(args, comm, *row)
     return records
-
-
-class _FixedPasses:
-    """--repeat R's passes: every size in each of R passes; the last gives the rows."""
-
-    def __init__(self, repeat, count):
-        self.repeat, self.count = repeat, count
-
-    def truncate(self, position):
-        self.count = position
-
-    def passes(self):
-        for number in range(self.repeat):
-            yield number, list(range(self.count)), number == self.repeat - 1
-
-
-def _note_shortfalls(collective, args, comm, records, why, numels):
-    """--precision: one line on stderr for the rows (marked !) whose interval stayed wider than
-    asked, with each one's figure and why it stopped."""
-    missed = [r for r in records if r and r.get("precision_met") is False]
-    if not missed:
-        return
-    reasons = {"budget": "the time budget ran out", "max-windows": "--max-windows reached"}
-    stops = {reasons.get(why.get(p), "its last window widened it")
-             for p, numel in enumerate(numels)
-             if any(r["numel"] == numel for r in missed)}
-    sizes = ", ".join(f"{r['size_bytes']} B ±{r['precision_reached'] * 100:.1f}% in "
-                      f"{r['repeat']} windows" for r in missed[:4])
-    more = f" and {len(missed) - 4} more" if len(missed) > 4 else ""
-    note(comm, f"{collective.name}: {len(missed)} of {len(records)} rows did not reach "
-               f"±{args.precision * 100:g}% (marked !; {'; '.join(sorted(stops))}): "
-               f"{sizes}{more}")
 
 
 def _time_window(collective, input, output, args, comm, index, warmup=False):

@@ -1,18 +1,22 @@
-"""--precision P: each size measured in windows until the 95% interval of its figure is within P
-of it, the run's --time-budget shared between its tables, --max-windows the last word.
+"""The passes over an op's sizes. --repeat R: every size in each of R passes, the last giving the
+rows. --precision P: each size measured in windows until the 95% interval of its figure is
+within P of it, the run's --time-budget shared between its tables, --max-windows the last word.
 
-The passes over an op's sizes (one window of a size per pass, as --repeat interleaves them, so
-that drift spreads over every size):
+--precision's passes (one window of a size per pass, as --repeat interleaves them, so that
+drift spreads over every size):
 
   pass 0      a warm-up window of every size: measured and recorded, left out of the figure
               (the first window after a size's buffers are new runs on cold caches, pages not
               yet touched and, on a GPU, clocks not yet up: it is the outlier that would cost a
               tight interval the most windows)
-  pass 1, 2   a window of every size: no interval is drawn from fewer than 3 windows
-  pass 3 ...  a window of each size whose interval is still wider than P, while the table's
+  pass 1-3    a window of every size: no interval is drawn from fewer than 3 windows
+  pass 4 ...  a window of each size whose interval is still wider than P, while the table's
               share of the budget has room for the pass and the rows' pass after it
-  last pass   the rows: a window of every size (its --check, --stats, --overlap), its figure
-              the mean over its counted windows with their 95% interval
+  last pass   the rows: a window of every size for its --check, --stats and --overlap, not
+              counted: a row's figure is the mean over its counted windows, with their 95%
+              interval, exactly what the decision to stop saw (a last window counted after
+              the decision could widen a settled interval: on oneCCL's occasional 10x windows
+              it did, to ±300%)
 
 Rank 0 decides which sizes the next pass measures, from every group's figures (each row's
 figure must be within P), and broadcasts it: every rank runs the same windows in the same order.
@@ -22,9 +26,10 @@ import time
 
 import torch
 
+from .table import note
 from .timing import interval
 
-MIN_WINDOWS = 3  # counted windows (the rows' pass included): the fewest an interval comes from
+MIN_WINDOWS = 3  # counted windows: the fewest an interval comes from
 
 
 def half_width(means, counts):
@@ -88,7 +93,7 @@ class Schedule:
     def passes(self):
         """(pass number, positions, last) for each pass; the last pass gives the rows."""
         while True:
-            if self.number == 0 or self.number <= MIN_WINDOWS - 1:
+            if self.number <= MIN_WINDOWS:
                 positions = list(range(self.count))
             else:
                 positions = self._decide()
@@ -122,7 +127,7 @@ class Schedule:
             for position in self.open:
                 if self._settled(position):
                     continue
-                if len(self.trials[position]) + 1 >= self.most:  # the rows' pass adds one
+                if len(self.trials[position]) >= self.most:
                     self.why[position] = "max-windows"
                     continue
                 still.append(position)
@@ -140,3 +145,36 @@ class Schedule:
     def shortfalls(self):
         """{position: why} for the sizes that stopped before P (rank 0's view)."""
         return dict(self.why)
+
+
+class FixedPasses:
+    """--repeat R's passes: every size in each of R passes; the last gives the rows."""
+
+    def __init__(self, repeat, count):
+        self.repeat, self.count = repeat, count
+
+    def truncate(self, position):
+        self.count = position
+
+    def passes(self):
+        for number in range(self.repeat):
+            yield number, list(range(self.count)), number == self.repeat - 1
+
+
+def note_shortfalls(op_name, args, comm, records, why, numels):
+    """--precision: one line on stderr for the rows (marked !) whose interval stayed wider than
+    asked, with each one's figure and why it stopped."""
+    missed = [r for r in records if r and r.get("precision_met") is False]
+    if not missed:
+        return
+    reasons = {"budget": "the time budget ran out", "max-windows": "--max-windows reached"}
+    stops = {reasons.get(why.get(p), "stopped early")
+             for p, numel in enumerate(numels)
+             if any(r["numel"] == numel for r in missed)}
+    sizes = ", ".join(f"{r['size_bytes']} B " + ("-" if r["precision_reached"] is None else
+                                                 f"±{r['precision_reached'] * 100:.1f}%") +
+                      f" in {r['repeat']} windows" for r in missed[:4])
+    more = f" and {len(missed) - 4} more" if len(missed) > 4 else ""
+    note(comm, f"{op_name}: {len(missed)} of {len(records)} rows did not reach "
+               f"±{args.precision * 100:g}% (marked !; {'; '.join(sorted(stops))}): "
+               f"{sizes}{more}")
