@@ -6,9 +6,9 @@ within P of it, the run's --time-budget shared between its tables, --max-windows
 drift spreads over every size):
 
   pass 0      a warm-up window of every size: measured and recorded, left out of the figure
-              (the first window after a size's buffers are new runs on cold caches, pages not
-              yet touched and, on a GPU, clocks not yet up: it is the outlier that would cost a
-              tight interval the most windows)
+              (insurance, for accelerators above all: a window after a pause can run before
+              a GPU's clocks are back up, and one outlier costs a tight interval many windows;
+              on a CPU rank --warmups' untimed calls already do it: docs/verdicts.md)
   pass 1-3    a window of every size: no interval is drawn from fewer than 3 windows
   pass 4 ...  a window of each size whose interval is still wider than P, while the table's
               share of the budget has room for the pass and the rows' pass after it
