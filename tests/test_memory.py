@@ -50,8 +50,10 @@ def test_mem_factor_1_with_3_ranks_fits_a_memory_limit(tmp_path, dist, launcher,
         # The limit, not the host's MemAvailable, is what the ranks share.
         assert plan["source"] == "cgroup memory limit less usage / 3 local ranks", plan.string
         assert 3 * memory < group.limit
-        # SPEC's rule alone would not fit: it is the plan that keeps the run alive.
-        assert plan["verdict"] == "over" and 3 * int(plan["need"]) > group.limit, plan.string
+        # SPEC's rule alone would not fit the rank's share: it is the plan that keeps the run
+        # alive. (The share is the limit less what the cgroup holds at the op's start, which
+        # the ops before it leave higher or lower: CI saw 349 MB a rank at reduce_scatter.)
+        assert plan["verdict"] == "over" and int(plan["need"]) > memory, plan.string
         assert planned <= usable == int(memory * 0.9)
         numel = int(plan["numel"])
         assert planned == int(numel * 4 * CPU_FOOTPRINT[op](3)) + 128 * MIB  # with --check
