@@ -14,9 +14,10 @@ import pytest
 
 from conftest import ROOT, base_env, free_port, launch
 
-# Run alone (make test's second part): DeepSpeed's builds and /dev/shm leftovers are the
-# machine's, not the test's.
-pytestmark = pytest.mark.serial
+# Run alone (make test's second part): a lock in the build directory every run of the suite loads
+# from, and /dev/shm's leftovers, are the machine's, not the test's. The killed build works in a
+# directory of its own, so it runs beside the others.
+serial = pytest.mark.serial
 
 OP = "deepspeed_shm_comm"
 DEEPSPEED = ["--dist=deepspeed", "--backend=gloo", "--scan", "--maxsize=3", "--trials=2"]
@@ -73,6 +74,7 @@ def test_a_build_killed_midway_does_not_stop_the_next_run(tmp_path):
     assert "building" not in third.stderr and "removed" not in third.stderr, third
 
 
+@serial
 def test_a_lock_a_live_build_holds_is_waited_for_until_the_timeout(tmp_path):
     """A live process holds the lock (a build in progress): every rank waits, rank 0 says for
     what and since when, and at --timeout the run ends with one line naming the lock and its
@@ -104,6 +106,7 @@ def test_a_lock_a_live_build_holds_is_waited_for_until_the_timeout(tmp_path):
     assert len(waiting) == 1 and f"held by PID {holder.pid}" in waiting[0], result
 
 
+@serial
 def test_what_killed_ranks_left_in_dev_shm_goes_and_live_runs_keep_theirs(tmp_path):
     """The next run on the host removes oneCCL endpoints (PID:N:N) of processes that are gone
     and DeepSpeed buffers nobody has mapped, with one note; a live process's stay."""

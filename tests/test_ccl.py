@@ -21,9 +21,10 @@ from conftest import (BIN, ROOT, Run, assert_no_traceback, base_env, free_port, 
                       launcher_command, parse_tables, require_launcher)
 from formulas import OPS
 
-# Run alone (make test's second part): oneCCL's ranks poll for each other: with other tests beside
-# them on 2 cores a run crawls; and /dev/shm is checked as a whole.
-pytestmark = pytest.mark.serial
+# The tests that start oneCCL's ranks run alone (make test's second part): they poll for each other,
+# so with other tests beside them on 2 cores a run crawls; and /dev/shm is checked as a whole.
+# Those whose ranks run gloo, or that end before any rank starts, run beside the others.
+serial = pytest.mark.serial
 
 SUITE_DEFAULTS = "CCL_WORKER_OFFLOAD=0 CCL_ATL_SHM=1 (the suite's defaults)"
 # What oneCCL may still say at CCL_LOG_LEVEL=error: that the level itself was changed.
@@ -95,6 +96,7 @@ def read_results(path):
 # Each layer at 2 and at 3 ranks, each of these launchers at least once (3 ccl ranks poll 2
 # cores: 10 s a run); test_oneccl_under_open_mpi_and_slurm crosses both layers and both world
 # sizes again under Open MPI and srun.
+@serial
 @pytest.mark.parametrize("launcher,dist,nproc", [
     ("torchrun", "deepspeed", 2), ("deepspeed", "deepspeed", 3), ("deepspeed", "torch", 2),
     ("mpirun", "torch", 3)])
@@ -134,6 +136,7 @@ def test_six_ops_on_oneccl(ccl, tmp_path, launcher, dist, nproc):
     assert left == [], left
 
 
+@serial
 @pytest.mark.parametrize("launcher,dist,nproc", [("openmpi", "torch", 3),
                                                 ("openmpi", "deepspeed", 2),
                                                 ("srun", "torch", 2), ("srun", "deepspeed", 3)])
@@ -154,6 +157,7 @@ def test_oneccl_under_open_mpi_and_slurm(ccl, launcher, dist, nproc):
     assert sorted(p.name for p in set(Path("/dev/shm").iterdir()) - shm_before) == []
 
 
+@serial
 def test_the_other_four_ops_on_oneccl(ccl):
     """reduce, gather, scatter and barrier too (--all), with --op max, at world size 3."""
     result = start("run_all.py", "--device=cpu", "--backend=ccl", "--dist=torch", "--all",
@@ -164,6 +168,7 @@ def test_the_other_four_ops_on_oneccl(ccl):
     assert all(row.extra == ["0"] for table in result.tables for row in table.rows), result
 
 
+@serial
 @pytest.mark.parametrize("nproc", [2, 3])
 @pytest.mark.parametrize("async_op", [[], ["--async-op"]])
 def test_pt2pt_alone_sends_and_exits_cleanly(ccl, nproc, async_op):
@@ -177,6 +182,7 @@ def test_pt2pt_alone_sends_and_exits_cleanly(ccl, nproc, async_op):
         assert [row.extra for row in result.table("pt2pt").rows] == [["0"]] * 7
 
 
+@serial
 def test_a_killed_rank_leaves_none_hanging(ccl, tmp_path):
     """oneCCL mostly does not notice a peer that died (gloo does at once): rank 0 waits for it
     until --timeout, then ends with one line naming the op and size, and exit status 1. When
@@ -221,6 +227,7 @@ def test_a_killed_rank_leaves_none_hanging(ccl, tmp_path):
 
 # ------------------------------------------------------------------ detection and settings
 
+@serial
 @pytest.mark.parametrize("launcher,dist", [("torchrun", "torch"), ("deepspeed", "deepspeed")])
 def test_detected_on_cpu_when_the_bindings_import(ccl, launcher, dist):
     """No --backend on CPU: ccl, as DeepSpeed decides it (the bindings import), in both layers;
@@ -232,6 +239,7 @@ def test_detected_on_cpu_when_the_bindings_import(ccl, launcher, dist):
     assert all(row.extra == ["0"] for row in result.table("all_reduce").rows)
 
 
+@serial
 def test_a_users_own_oneccl_settings_win(ccl, tmp_path):
     output = tmp_path / "r.jsonl"
     result = start("all_reduce.py", "--device=cpu", "--backend=ccl", "--dist=torch", "--scan",
@@ -268,6 +276,7 @@ def test_other_backends_record_no_oneccl_settings(tmp_path):
     assert read_results(output)[0]["ccl"] is None
 
 
+@serial
 def test_oneccl_refusing_a_setting_is_one_line(ccl):
     result = start("all_reduce.py", "--device=cpu", "--backend=ccl", "--dist=torch", "--scan",
                    "--maxsize=3", env={"CCL_ATL_TRANSPORT": "carrier-pigeon"}, timeout=120)
@@ -289,6 +298,7 @@ def test_no_average_on_oneccl(ccl):
 
 # ------------------------------------------------------------------ DeepSpeed's oneCCL op
 
+@serial
 def test_deepspeed_told_where_oneccl_is_not(ccl, tmp_path):
     """CCL_ROOT pointing where oneCCL is not: DeepSpeed's build of its oneCCL op fails, and the
     run says so in one line naming CCL_ROOT (the build in a folder of its own, not the venv's)."""
@@ -358,6 +368,7 @@ def test_gloo_detected_without_bindings(no_bindings, launcher, dist):
     assert "backend gloo, device cpu, 2 ranks" in result.stderr
 
 
+@serial
 def test_parallel_strategies_on_oneccl(ccl, tmp_path):
     """parallel_bench.py --backend ccl: DDP, TP and PP train through oneCCL and their traffic is
     counted; ZeRO (DeepSpeed's own oneCCL op, past the accounting) is refused in one line. With

@@ -14,7 +14,7 @@ from conftest import BIN, ROOT, SIM_HOSTS, base_env, free_port, launch
 
 # Run alone (make test's second part): the verdict judges latency and bandwidth: other tests' load
 # would be its noise.
-pytestmark = pytest.mark.serial
+serial = pytest.mark.serial  # but for bad usage, refused before any rank measures
 
 # Small enough that a slowed link (200 Mbit: 0.17 s a message) keeps a check short.
 QUICK = ["--large-bytes=4M", "--trials=10", "--repeat=3"]
@@ -75,6 +75,7 @@ def findings(stderr):
             if line.startswith(("commbench: suspect ", "commbench: unreachable "))]
 
 
+@serial
 @pytest.mark.parametrize("dist", ["torch", "deepspeed"])
 def test_four_healthy_hosts_pass(hosts, tmp_path, dist):
     """4 hosts x 1 rank: exit 0 on every host, nothing named, the pair matrix full, the
@@ -99,6 +100,7 @@ def test_four_healthy_hosts_pass(hosts, tmp_path, dist):
     assert "process group up in" in stderrs[0]
 
 
+@serial
 def test_three_hosts_of_two_ranks_healthy(hosts, tmp_path):
     """3 hosts (odd: one sits out each round) x 2 ranks: the within-host phase too."""
     name, subnet = hosts(3)
@@ -114,6 +116,7 @@ def test_three_hosts_of_two_ranks_healthy(hosts, tmp_path):
     assert final["healthy"]
 
 
+@serial
 def test_a_slow_host_is_named_and_only_it(hosts, tmp_path):
     """And report.py plot draws the run: three heatmaps of the hosts, the suspect in the title."""
     name, subnet = hosts(4)
@@ -142,6 +145,7 @@ def test_a_slow_host_is_named_and_only_it(hosts, tmp_path):
     assert plotted.returncode == 0, plotted.stderr
 
 
+@serial
 def test_a_slow_link_is_named_and_neither_of_its_hosts(hosts, tmp_path):
     name, subnet = hosts(4)
     slow_link(name, subnet, 1, 2)
@@ -155,6 +159,7 @@ def test_a_slow_link_is_named_and_neither_of_its_hosts(hosts, tmp_path):
     assert line.startswith(f"commbench: suspect link {name}1-{name}2: ") and "retested" in line
 
 
+@serial
 def test_a_host_killed_mid_check_is_named_unreachable(hosts, tmp_path):
     """Host 4's rank is SIGKILLed once the first round is recorded: the others name it
     unreachable at --timeout and go on (the remaining pairs measured), exit 1; nobody hangs."""
@@ -194,6 +199,7 @@ def test_a_host_killed_mid_check_is_named_unreachable(hosts, tmp_path):
     assert "Traceback" not in "".join(err for _, err in outputs)
 
 
+@serial
 def test_one_host_checks_its_ranks_and_says_no_links(tmp_path):
     output = tmp_path / "one.jsonl"
     result = launch("doctor.py", "--dist=torch", "--backend=gloo", *QUICK, f"--output={output}",
@@ -220,6 +226,7 @@ def test_bad_usage_is_one_line(args, message):
     assert line.startswith(f"commbench: error: {message}"), line
 
 
+@serial
 def test_uneven_ranks_per_host_is_one_line(hosts):
     """2 ranks on host 1, 1 on host 2: refused before anything is measured, on every rank."""
     name, subnet = hosts(2)
@@ -240,6 +247,7 @@ def test_uneven_ranks_per_host_is_one_line(hosts):
                       "same number of ranks on every host"], outputs
 
 
+@serial
 def test_doctor_under_mpirun_and_srun_on_one_host():
     """Launched like the op scripts: MPICH's mpirun and Slurm's srun find the ranks (one host)."""
     for launcher in ("mpirun", "srun"):
