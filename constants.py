@@ -31,7 +31,7 @@ BACKENDS = ("nccl", "ccl", "mpi", "gloo", "xccl", "hccl")
 # (--all-reduce, ...). An op is one script <op>.py at the top plus its name here
 # (docs/extending.md).
 OPS = ("all_reduce", "all_gather", "all_to_all", "reduce_scatter", "pt2pt", "broadcast",
-       "reduce", "gather", "scatter", "barrier")
+       "reduce", "gather", "scatter", "all_to_allv", "barrier")
 # What run_all.py runs when no op is named: the original suite's six (--all: every one above).
 DEFAULT_OPS = ("all_reduce", "all_gather", "all_to_all", "reduce_scatter", "pt2pt", "broadcast")
 

@@ -1,8 +1,11 @@
 """--check: run the op once more on known input and count the result elements that differ
-from what the op's descriptor says they must be."""
+from what the op's descriptor says they must be. --check-every: a window of trials each on
+known input, each checked, timed apart from the unchecked figure."""
 
 import os
+import time
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -74,50 +77,115 @@ CHECK_RESERVE = 64 << 20
 def count_wrong(collective, call, input, output, args, comm):
     """Run the op once on known input and count this rank's wrong result elements."""
     if collective.check is not None:
-        return collective.check(comm, call, args) + _injected(collective, comm)
+        return collective.check(comm, call, args) + (_injected(collective, comm, 0) is not None)
     values = check_values(collective, input.dtype, comm.world_size, getattr(args, "op", "sum"))
+    result = _known_input(values, input, output, comm)
+    comm.sync_all()
+    _once(call, args, comm)
+    _inject_fault(collective, comm, result, 0)
+    return _compare(collective, values, result, input.numel(), comm)[0]
+
+
+@dataclass
+class Checked:
+    """--check-every's window on one rank: wrong elements over its trials, the seconds of one
+    trial (the op alone: the input's refill and the comparison are outside), and the first wrong
+    element as (trial, element) or None."""
+
+    wrong: int
+    seconds: float
+    first: Optional[tuple]
+
+
+def check_every(collective, call, input, output, args, comm, count):
+    """--check-every: `count` trials, each on known input (refilled before it), each timed alone
+    and its result checked, so that corruption that comes and goes is caught in the trial it
+    happens. The ranks are in step at the start only, as in the unchecked window."""
+    values = None if collective.check is not None else \
+        check_values(collective, input.dtype, comm.world_size, getattr(args, "op", "sum"))
+    wrong, seconds, first = 0, 0.0, None
+    comm.sync_all()
+    for trial in range(count):
+        if values is None:  # an op checked by its own `check` (barrier): it times itself too
+            started = time.perf_counter()
+            found = collective.check(comm, call, args) + \
+                (_injected(collective, comm, trial) is not None)
+            seconds += time.perf_counter() - started
+            where = 0 if found else None
+        else:
+            result = _known_input(values, input, output, comm)
+            started = time.perf_counter()
+            _once(call, args, comm)
+            seconds += time.perf_counter() - started
+            _inject_fault(collective, comm, result, trial)
+            found, where = _compare(collective, values, result, input.numel(), comm)
+        wrong += found
+        if found and first is None:
+            first = (trial, where)
+    return Checked(wrong, seconds / count, first)
+
+
+def _known_input(values, input, output, comm):
+    """Fill this rank's input with the check's values (and the output with a value no rank
+    sends); the buffer the result lands in."""
     numel = input.numel()
     for lo in range(0, numel, CHECK_CHUNK):
         index = torch.arange(lo, min(lo + CHECK_CHUNK, numel), device=comm.device)
         input[lo:lo + len(index)] = values(comm.rank, index).to(input.dtype)
-    result = input if output is None else output
-    if output is not None:
-        top = values.modulus + values.offset
-        sentinel = top if top <= exact_integer_limit(output.dtype) else 0
-        output.fill_(sentinel)  # a value no rank sends: an element left untouched is wrong
-    comm.sync_all()
+    if output is None:
+        return input
+    top = values.modulus + values.offset
+    sentinel = top if top <= exact_integer_limit(output.dtype) else 0
+    output.fill_(sentinel)  # an element left untouched is wrong
+    return output
+
+
+def _once(call, args, comm):
     work = call()
     if args.async_op and work is not None:
         work.wait()
     comm.synchronize()
-    _inject_fault(collective, comm, result)
-    wrong = 0
+
+
+def _compare(collective, values, result, numel, comm):
+    """(wrong elements of this rank's result, index of the first or None)."""
+    wrong, first = 0, None
     approximate = collective.reduces and values.op == "avg"
     for lo in range(0, result.numel(), CHECK_CHUNK):
         index = torch.arange(lo, min(lo + CHECK_CHUNK, result.numel()), device=comm.device)
         want = collective.expected(values, comm.rank, comm.world_size, numel, index)
-        if want is None:  # nothing defined on this rank (the root's result is checked there)
-            break
-        got = result[lo:lo + len(index)]
+        if want is None or len(want) == 0:  # nothing (more) defined on this rank: the root's
+            break  # result is checked there; all_to_allv's output past what the rank receives
+        got = result[lo:lo + len(want)]
         if approximate:
             off = (got.double() - want).abs() > _tolerance(result.dtype, want)
         else:
             off = got != want.to(result.dtype)
-        wrong += int(off.sum().item())
-    return wrong
+        count = int(off.sum().item())
+        if count and first is None:
+            first = lo + int(off.nonzero()[0].item())
+        wrong += count
+    return wrong, first
 
 
 FAULT_VARIABLE = "COMMBENCH_INJECT_WRONG"
 
 
-def _injected(collective, comm):
-    target = os.environ.get(FAULT_VARIABLE)
-    return bool(target) and target == f"{collective.name}:{comm.rank}"
+def _injected(collective, comm, trial):
+    """Test hook: COMMBENCH_INJECT_WRONG=op:rank[:trial[:element]] alters one result element
+    (element 0 unless named) of that op on that rank: in --check's call, or in trial `trial`
+    (counted from 0, default 0) of --check-every's window. The element to alter, or None."""
+    parts = os.environ.get(FAULT_VARIABLE, "").split(":")
+    if len(parts) < 2 or parts[:2] != [collective.name, str(comm.rank)]:
+        return None
+    if trial != (int(parts[2]) if len(parts) > 2 else 0):
+        return None
+    return int(parts[3]) if len(parts) > 3 else 0
 
 
-def _inject_fault(collective, comm, result):
-    """Test hook: COMMBENCH_INJECT_WRONG=op:rank alters one result element of that op on that
-    rank (an op checked by its own `check`: adds one to its count), so tests can prove that
-    --check catches corruption."""
-    if _injected(collective, comm) and result.numel():
-        result[0] += 1
+def _inject_fault(collective, comm, result, trial):
+    """The test hook's wrong element (an op checked by its own `check`: one more in its
+    count), so tests can prove that --check and --check-every catch corruption."""
+    element = _injected(collective, comm, trial)
+    if element is not None and result.numel():
+        result[min(element, result.numel() - 1)] += 1

@@ -11,7 +11,7 @@ import torch
 
 import constants
 
-from . import groups as grouping, precision
+from . import groups as grouping, precision, traffic
 from .dtypes import dtype_list, get_dtype
 from .errors import PROG, UsageError
 from .flags import Parser
@@ -79,6 +79,28 @@ def _layouts(text):
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _matrix_file(text):
+    try:
+        traffic.read_matrix(text)
+    except traffic.MatrixError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+def _skew(text):
+    try:
+        return traffic.parse_skew(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _split(text):
+    try:
+        return grouping.split_rule(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _dtype_names(text):
     dtype_list(text)  # raises with the reason
     return text
@@ -113,6 +135,12 @@ def _settle(parser, args):
         parser.error("--max-windows caps --precision's windows; give --precision too")
     if args.precision is not None and args.max_windows is None:
         args.max_windows = constants.DEFAULT_MAX_WINDOWS
+    if args.split is not None:
+        args.groups = (args.groups or []) + ["split"]
+    if args.a2a_matrix and args.a2a_skew:
+        parser.error("--a2a-matrix and --a2a-skew both set all_to_allv's splits: give one")
+    if args.check_every:
+        args.check = True  # the Wrong column and the exit status are --check's
     if args.compute_cpus and not args.overlap:
         parser.error("--compute-cpus places --overlap's windows; give --overlap too")
     names = dtype_list(args.dtype)
@@ -206,6 +234,11 @@ def benchmark_parser():
     parser.add_argument("--check", action="store_true",
                         help="after timing each size, run the op once more on known input and "
                              "count wrong elements (column Wrong; any wrong: exit status 1)")
+    parser.add_argument("--check-every", action="store_true",
+                        help="check every timed trial instead: after the timed window, a second "
+                             "one of as many trials, each on fresh known input and checked "
+                             "(column Checked: its time a trial; Duration stays unchecked); a "
+                             "wrong one is named by trial, rank and element (implies --check)")
     parser.add_argument("--stats", action="store_true",
                         help="time every trial too: median, p99 and the slowest rank per size")
     parser.add_argument("--repeat", type=int_at_least(1), default=1, metavar="R",
@@ -221,11 +254,33 @@ def benchmark_parser():
     parser.add_argument("--max-windows", type=int_at_least(precision.MIN_WINDOWS), default=None,
                         metavar="M", help="--precision: at most M windows a size, the warm-up "
                                           f"not counted (default {constants.DEFAULT_MAX_WINDOWS})")
+    parser.add_argument("--a2a-matrix", type=_matrix_file, default=None, metavar="FILE",
+                        help="all_to_allv: an n x n CSV, row = sender, of the bytes each rank "
+                             "sends each (run as written; with --scan, weights scaled so the "
+                             "busiest sender sends each size)")
+    parser.add_argument("--a2a-skew", type=_skew, default=None, metavar="SKEW",
+                        help="all_to_allv: zipf:S (receivers in a random popularity order, the "
+                             "i-th getting 1/i^S) or hot:K[:F] (K random receivers get F times "
+                             "another's share, default 8) (default: even splits)")
+    parser.add_argument("--seed", type=int_at_least(0), default=0,
+                        help="all_to_allv: the seed of --a2a-skew's draw (default %(default)s)")
+    parser.add_argument("--pairs", choices=("one", "all", "across"), default="one",
+                        help="pt2pt: one (rank 0 to 1), all (0-1, 2-3, ... every pair at once) or "
+                             "across (i with i + n/2: the first half with the second); "
+                             "Throughput is then all pairs together, BusBW one pair's, and "
+                             "Msgs/s their message rate (default %(default)s)")
+    parser.add_argument("--bidirectional", action="store_true",
+                        help="pt2pt: both ranks of a pair send and receive at once (bandwidth "
+                             "counts both directions, as osu_bibw)")
     parser.add_argument("--groups", type=_layouts, default=None, metavar="LAYOUTS",
                         help="run each op concurrently in sub-groups instead of the whole world: "
                              "intra (the ranks of each host together, every host at once), inter "
                              "(one rank per host, every local-rank column at once), world; a "
                              "comma list runs each in turn (default: world)")
+    parser.add_argument("--split", type=_split, default=None, metavar="N[:RULE]",
+                        help="run each op in N groups at once, one table each and their "
+                             "aggregate: blocks (consecutive ranks, the default) or strided "
+                             "(every N-th rank together: across hosts); after --groups' layouts")
     parser.add_argument("--pin", action="store_true",
                         help="pin each rank and the threads it starts (the backend's) to one CPU "
                              "of its own, by local rank: steadier figures on a shared host")

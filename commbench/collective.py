@@ -42,6 +42,20 @@ class Collective:
     # --check of an op whose result is not in a buffer: check(comm, call, args) -> wrong count
     # on this rank (barrier: ranks that left before the last one arrived).
     check: Optional[Callable] = None
+    # (args) -> the descriptor this run's flags make of it (all_to_allv: the splits of
+    # --a2a-matrix or --a2a-skew); run_collective asks once, before the op's first size.
+    specialize: Optional[Callable] = None
+    # n -> the header's words for this op in a world (or group) of n ranks (all_to_allv: whose
+    # splits); a UsageError where the flags cannot make the op for n ranks
+    qualifier: Optional[Callable[[int], str]] = None
+    # (E, n, element size) -> fields every record of a size adds (all_to_allv: bytes per rank,
+    # the matrix); a busbw_Bps or throughput_Bps among them is per second of the op
+    record_fields: Optional[Callable] = None
+    # (args, element size) -> E of a single-size run when the flags fix it (a matrix file in
+    # bytes), or None: SPEC §4's memory plan
+    fixed_numel: Optional[Callable] = None
+    # (n, E, element size, seconds) -> messages a second, for a Msgs/s column (pt2pt's pairs)
+    rate: Optional[Callable] = None
 
 
 def bound(function, *args, async_op=False):

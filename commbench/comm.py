@@ -293,7 +293,8 @@ def init_comm(local_rank, args):
                        "ranks poll for each other, so a small message takes as long as the "
                        "scheduler takes to give every rank a CPU (milliseconds)")
     if getattr(args, "groups", None):
-        comm.layouts = _make_layouts(comm, args.groups, dist_module, gather, scatter, one_tensor)
+        comm.layouts = _make_layouts(comm, args.groups, dist_module, gather, scatter, one_tensor,
+                                     getattr(args, "split", None))
     return comm
 
 
@@ -307,7 +308,7 @@ def describe_startup(startup):
     return text
 
 
-def _make_layouts(comm, kinds, dist_module, gather, scatter, one_tensor):
+def _make_layouts(comm, kinds, dist_module, gather, scatter, one_tensor, split=None):
     """Every layout of --groups (and the world's), with its process groups: every rank creates
     every group, in the same order (torch's rule for new_group)."""
     layouts = {"world": grouping.Layout("world", [list(range(comm.world_size))], 0, dist_module,
@@ -315,7 +316,7 @@ def _make_layouts(comm, kinds, dist_module, gather, scatter, one_tensor):
     for kind in kinds:
         if kind == "world":
             continue
-        groups = grouping.layout(kind, comm.hostnames)
+        groups = grouping.layout(kind, comm.hostnames, split)
         made = [torch.distributed.new_group(ranks) for ranks in groups]
         index = next(i for i, ranks in enumerate(groups) if comm.rank in ranks)
         group, size = made[index], len(groups[index])
@@ -328,7 +329,8 @@ def _make_layouts(comm, kinds, dist_module, gather, scatter, one_tensor):
         layouts[kind] = grouping.Layout(kind, groups, index,
                                         grouping.InGroup(dist_module, group, groups[index]),
                                         group_gather, group_scatter)
-        note(comm, f"--groups {kind}: " + "; ".join(
+        flag = f"--split {split[0]} ({split[1]})" if kind == "split" else f"--groups {kind}"
+        note(comm, f"{flag}: " + "; ".join(
             grouping.header_qualifier(kind, i, ranks, comm.hostnames).split(" ", 1)[1]
             for i, ranks in enumerate(groups)))
     return layouts

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from .errors import UsageError
 
 KINDS = ("world", "intra", "inter")
-TITLES = {"world": "world", "intra": "intra-host", "inter": "inter-host"}
+TITLES = {"world": "world", "intra": "intra-host", "inter": "inter-host", "split": "split"}
+RULES = ("blocks", "strided")
 
 
 def kinds(text):
@@ -30,12 +31,45 @@ def kinds(text):
     return names
 
 
-def layout(kind, hostnames):
-    """The groups of `kind` as lists of global ranks, hosts in the order their first rank comes.
-    Raises UsageError for a layout this world cannot make (groups of one rank, uneven hosts)."""
+def split_rule(text):
+    """--split's value: (N, rule) from `N`, `N:blocks` or `N:strided`, N >= 2."""
+    count, _, rule = text.partition(":")
+    rule = rule or "blocks"
+    try:
+        number = int(count)
+    except ValueError:
+        number = 0
+    if number < 2 or rule not in RULES:
+        raise ValueError(f"'{text}' is not a split: use N (N >= 2 groups of consecutive ranks), "
+                         "N:blocks (the same) or N:strided (every N-th rank together: across "
+                         "hosts when ranks fill hosts in order)")
+    return number, rule
+
+
+def split_groups(split, world):
+    """--split's groups as lists of global ranks. Raises UsageError where N does not divide the
+    world into groups of 2 or more."""
+    count, rule = split
+    if world % count or world // count < 2:
+        why = "does not divide" if world % count else "leaves groups of one rank in"
+        raise UsageError(f"--split {count}: {count} groups {why} a world of {world} rank"
+                         f"{'s' if world > 1 else ''}; use a divisor of {world} that leaves 2 or "
+                         "more ranks a group")
+    size = world // count
+    if rule == "blocks":
+        return [list(range(g * size, (g + 1) * size)) for g in range(count)]
+    return [list(range(g, world, count)) for g in range(count)]
+
+
+def layout(kind, hostnames, split=None):
+    """The groups of `kind` as lists of global ranks, hosts in the order their first rank comes
+    (split: --split's rule). Raises UsageError for a layout this world cannot make (groups of
+    one rank, uneven hosts, a split that does not divide the world)."""
     world = len(hostnames)
     if kind == "world":
         return [list(range(world))]
+    if kind == "split":
+        return split_groups(split, world)
     hosts = list(dict.fromkeys(hostnames))
     per_host = [[rank for rank, name in enumerate(hostnames) if name == host] for host in hosts]
     counts = sorted({len(ranks) for ranks in per_host})
@@ -54,7 +88,9 @@ def layout(kind, hostnames):
 
 def header_qualifier(kind, index, ranks, hostnames):
     """The header's words for group `index` of a layout: `intra-host group 1 (ranks 2 3 on n2)`."""
-    where = f" on {hostnames[ranks[0]]}" if kind == "intra" else ""
+    hosts = list(dict.fromkeys(hostnames[rank] for rank in ranks))
+    where = f" on {hostnames[ranks[0]]}" if kind == "intra" else \
+        f" on {' '.join(hosts)}" if kind == "split" and len(set(hostnames)) > 1 else ""
     return f"{TITLES[kind]} group {index} (ranks {' '.join(map(str, ranks))}{where})"
 
 
@@ -98,6 +134,8 @@ class Layout:
     reduce_scatter: object
     # rank 0: the rows of groups after the first, per group, for their tables after the op's
     pending: dict = field(default_factory=dict)
+    # rank 0, --split: every group's record of each size, for the aggregate table
+    totals: dict = field(default_factory=dict)
 
     @property
     def ranks(self):

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from .check import count_wrong
+from .check import check_every, count_wrong
 from .cli import benchmark_parser
 from .collective import get_bw
 from .comm import init_comm, teardown
@@ -21,7 +21,8 @@ from .guard import (RESULTS_LOCK, agree_to_go_on, deadline, guard_stop_signals, 
                     rank_for_messages, say)
 from .memory import MemoryMeter
 from .sizes import allocate, cap_sweep, plan_single_size, sweep_numels
-from .table import duration_text, emit_or_stop, note, output_failure, print_header, print_row
+from .table import (duration_text, emit_or_stop, extra_columns, note, output_failure, print_header,
+                    print_row)
 from . import groups as grouping, overlap, precision
 from .timing import STATS, interval, odd_window, summarize, time_op, window
 
@@ -76,11 +77,18 @@ def run_meta(args, comm, ops):
         "max_bytes": getattr(args, "max_bytes", None),
         "step_factor": getattr(args, "step_factor", None),
         "mem_factor": args.mem_factor, "bw_unit": args.bw_unit, "check": args.check,
+        "check_every": getattr(args, "check_every", False),
         "time_budget": args.time_budget,
         "stats": args.stats, "repeat": getattr(args, "repeat", 1), "pin": getattr(args, "pin", False),
         "precision": getattr(args, "precision", None),
         "max_windows": getattr(args, "max_windows", None),
         "overlap": getattr(args, "overlap", False),
+        # docs/traffic.md: --split N:rule, all_to_allv's splits, pt2pt's pairs
+        "split": list(args.split) if getattr(args, "split", None) else None,
+        "a2a_matrix": getattr(args, "a2a_matrix", None),
+        "a2a_skew": ":".join(map(str, args.a2a_skew)) if getattr(args, "a2a_skew", None) else None,
+        "seed": getattr(args, "seed", 0), "pairs": getattr(args, "pairs", "one"),
+        "bidirectional": getattr(args, "bidirectional", False),
         "overlap_factor": getattr(args, "overlap_factor", 1.0),
         "compute_cpus": sorted(getattr(args, "compute_cpus", None) or []) or None,
         # backend ccl: oneCCL's settings (env: the value of each, set_by_suite: those the suite
@@ -124,7 +132,12 @@ def timed_collective(collective, input, output, args, comm, meter=None, earlier=
     mean, low, high = interval([w.mean for w in windows], [w.count for w in windows])
     hidden = _overlap(collective, input, output, timing.count, args, comm) \
         if getattr(args, "overlap", False) else None
-    wrong = count_wrong(collective, call, input, output, args, comm) if args.check else 0
+    checked = None
+    if getattr(args, "check_every", False):
+        checked = check_every(collective, call, input, output, args, comm, timing.count)
+        wrong = checked.wrong
+    else:
+        wrong = count_wrong(collective, call, input, output, args, comm) if args.check else 0
     used = meter.peak() if meter is not None else None
     # This rank's figures, gathered from every rank: each group's row is its first rank's
     # figure (rank 0's for the world, as the original prints), with its ranks' spread beside.
@@ -133,6 +146,8 @@ def timed_collective(collective, input, output, args, comm, meter=None, earlier=
         mine += [summarize(timing.trials)[k] for k in STATS] + [timing.late]
     if hidden is not None:
         mine += hidden.figures()
+    if checked is not None:
+        mine += [checked.seconds, *(checked.first or (-1, -1))]
     if len(windows) > 1:  # --repeat: each window's figure, last
         mine += [w.mean for w in windows] + [w.count for w in windows]
     everyone = comm.gather_figures(mine)
@@ -154,13 +169,19 @@ def timed_collective(collective, input, output, args, comm, meter=None, earlier=
         else:
             where = ""
         if record["wrong"]:
+            first = record.get("first_wrong")
             comm.failures.append(f"{collective.name} at {record['size_bytes']} bytes per rank"
                                  f"{where}: {record['wrong']} wrong element"
-                                 f"{'s' if record['wrong'] > 1 else ''}")
+                                 f"{'s' if record['wrong'] > 1 else ''}" + (
+                                     f" (the first in trial {first['trial']} of "
+                                     f"{record['trials']}, rank {first['rank']}, element "
+                                     f"{first['element']})" if first else ""))
         if index == 0:
             print_row(args, comm, *row)
         elif comm.global_rank == 0:
             comm.layout.pending.setdefault(index, []).append(row)
+        if kind == "split" and comm.global_rank == 0:
+            comm.layout.totals.setdefault(record["size_bytes"], []).append(record)
         _add_record(comm, record)
         if index == own:
             found = record
@@ -190,7 +211,13 @@ def _group_result(collective, input, args, comm, per_rank, ranks, repeat):
     if collective.reduces:
         record["reduce_op"] = getattr(args, "op", "sum")
     target = getattr(args, "precision", None)
-    extra = [str(trials)] if args.time_budget and target is None else []
+    extra = []
+    if collective.rate is not None:
+        rate = collective.rate(comm.world_size, numel, input.element_size(), mean)
+        record["message_rate_per_s"] = rate
+        extra.append("-" if rate is None else f"{rate:.0f}")
+    if args.time_budget and target is None:
+        extra.append(str(trials))
     if repeat > 1:
         low, high = lead[_LOW], lead[_HIGH]
         record.update(repeat=repeat, windows_s=lead[-2 * repeat:-repeat],
@@ -229,6 +256,17 @@ def _group_result(collective, input, args, comm, per_rank, ranks, repeat):
         comm_s, compute_s, total_s, pct = figures
         extra += [duration_text(args, comm_s), duration_text(args, compute_s),
                   duration_text(args, total_s), f"{pct:.1f}"]
+        at += len(overlap.FIELDS)
+    if getattr(args, "check_every", False):
+        # the first wrong trial of the group's ranks (then the lowest rank), as global ranks
+        found = [(int(f[at + 1]), ranks[i], int(f[at + 2])) for i, f in enumerate(per_rank)
+                 if f[at + 1] >= 0]
+        first = min(found) if found else None
+        record.update(check_every=True, checked_duration_s=lead[at],
+                      checked_durations_per_rank_s=[f[at] for f in per_rank],
+                      first_wrong=None if first is None else dict(
+                          zip(("trial", "rank", "element"), first)))
+        extra.append(duration_text(args, lead[at]))
     if args.check:
         extra.append(str(record["wrong"]))
     scale = 8 if args.bw_unit == "Gbps" else 1
@@ -282,7 +320,16 @@ def run_collective(collective, args, comm):
         raise BenchmarkError(f"{collective.name} needs at least {collective.min_world_size} ranks, "
                              f"this world has {comm.world_size}; launch it with e.g. "
                              f"torchrun --nproc_per_node {collective.min_world_size}")
+    if collective.specialize is not None:
+        collective = collective.specialize(args)
+    if collective.qualifier is not None:  # refuses, before measuring, what a group cannot run
+        for kind in getattr(args, "groups", None) or ["world"]:
+            for ranks in (comm.layouts[kind].groups if comm.layouts else [range(comm.world_size)]):
+                collective.qualifier(len(ranks))
     runs = runs_per_dtype(args, comm)
+    if collective.rate is not None:
+        for one in runs:
+            one.op_columns = [("Msgs/s", 12)]
     several = len(runs) > 1 and collective.payload
     if comm.budget is not None:
         layouts = len(getattr(args, "groups", None) or ["world"])
@@ -302,9 +349,13 @@ def run_collective(collective, args, comm):
 
 def _run_sizes(collective, args, comm, dtype_shown):
     """One table: the header (naming the dtype when the run has several), one row per size."""
+    fixed = collective.fixed_numel(args, get_dtype(args.dtype).itemsize) \
+        if collective.fixed_numel is not None and not args.scan else None
     if args.scan or not collective.payload:
         numels = cap_sweep(collective, sweep_numels(collective, args, comm.world_size), args,
                            comm)
+    elif fixed is not None:
+        numels = [fixed]
     else:
         numel, plan = plan_single_size(collective, args, comm)
         note(comm, plan)
@@ -312,6 +363,8 @@ def _run_sizes(collective, args, comm, dtype_shown):
     qualifiers = [f"dtype {dtype_shown}"] if dtype_shown else []
     if collective.reduces and getattr(args, "op", "sum") != "sum":
         qualifiers.append(f"op {args.op}")
+    if collective.qualifier is not None:
+        qualifiers.append(collective.qualifier(comm.world_size))
     kind, groups, _ = comm.group_layout
     shown = collective.shown_world_size or comm.world_size
 
@@ -377,7 +430,40 @@ def _run_sizes(collective, args, comm, dtype_shown):
             header(index)
             for row in comm.layout.pending.pop(index, []):
                 print_row(args, comm, *row)
+    if kind == "split":
+        _aggregate(collective, args, comm, len(groups), qualifiers, sum(map(len, groups)))
     return records
+
+
+def _aggregate(collective, args, comm, count, qualifiers, shown):
+    """--split: the table of every group together, one row a size: the slowest group's
+    duration (they ran at once), the sum of their bandwidths, and their wrong elements; and its
+    record ("aggregate": true)."""
+    totals = comm.layout.totals
+    comm.layout.totals = {}
+    print_header(args, collective.name, shown, comm,
+                 qualifiers + [f"split aggregate of {count} groups at once"])
+    if comm.global_rank != 0:
+        return
+    columns = len(extra_columns(args))
+    for size, records in totals.items():
+        first = records[0]
+        total = {key: None if any(r[key] is None for r in records) else sum(r[key] for r in records)
+                 for key in ("throughput_Bps", "busbw_Bps")}
+        record = {"op": collective.name, "world_size": len(comm.hostnames),
+                  "size_bytes": size, "numel": first["numel"], "element_size": first["element_size"],
+                  "dtype": first["dtype"], "groups": "split", "aggregate": True,
+                  "group_count": count, "duration_s": max(r["duration_s"] for r in records),
+                  "durations_per_group_s": [r["duration_s"] for r in records], **total,
+                  "wrong": sum(r["wrong"] for r in records) if args.check else None}
+        _add_record(comm, record)
+        extra = ["-"] * (columns - (1 if args.check else 0)) + \
+            ([str(record["wrong"])] if args.check else [])
+        scale = 8 if args.bw_unit == "Gbps" else 1
+        print_row(args, comm, size, f"{first['numel']}x{first['element_size']}"
+                  if collective.payload else "-", record["duration_s"],
+                  total["throughput_Bps"] and total["throughput_Bps"] * scale,
+                  total["busbw_Bps"] and total["busbw_Bps"] * scale, extra)
 
 
 def _time_window(collective, input, output, args, comm, index, warmup=False):
@@ -407,10 +493,14 @@ def _size_record(collective, input, comm, mean):
     """The fields every record of one size starts with: what was moved, and how fast."""
     size = input.element_size() * input.nelement()
     tput, busbw = get_bw(collective, size, mean, comm.world_size, "GBps")
+    extra = collective.record_fields(input.nelement(), comm.world_size, input.element_size()) \
+        if collective.record_fields is not None else {}
+    if "busbw_bytes" in extra:  # uneven traffic: the busiest rank's bytes between ranks
+        busbw = extra.pop("busbw_bytes") / mean if mean > 0 else None
     return {"op": collective.name, "world_size": comm.world_size, "size_bytes": size,
             "numel": input.nelement(), "element_size": input.element_size(),
             "dtype": str(input.dtype).removeprefix("torch.") if collective.payload else None,
-            "duration_s": mean, "throughput_Bps": tput, "busbw_Bps": busbw}
+            "duration_s": mean, "throughput_Bps": tput, "busbw_Bps": busbw, **extra}
 
 
 def _add_record(comm, record):

@@ -25,10 +25,14 @@ CSV_FIELDS = (
     "min_s", "median_s", "p99_s", "max_s", "cv", "slowest_rank", "slowest_host", "comm_s", "compute_s", "total_s",
     "overlap_pct", "durations_per_rank_s",
     "trials_per_rank", "memory_used_per_rank_bytes",
+    # docs/traffic.md: --split's aggregate, --check-every, all_to_allv, pt2pt's pairs
+    "aggregate", "checked_duration_s", "first_wrong_trial", "first_wrong_rank",
+    "first_wrong_element", "a2a", "busiest_receiver", "sent_bytes_per_rank",
+    "received_bytes_per_rank", "pairs_mode", "bidirectional", "message_rate_per_s",
 )
 # Per-rank lists, written to a .csv cell as space-separated figures ("-" for none).
 CSV_LISTS = ("durations_per_rank_s", "trials_per_rank", "memory_used_per_rank_bytes",
-             "group_ranks")
+             "group_ranks", "sent_bytes_per_rank", "received_bytes_per_rank")
 
 
 class ResultsError(BenchmarkError):
@@ -140,6 +144,8 @@ class CsvWriter(_WholeRecords):
         row.update(record.get("overlap") or {})
         if record.get("ci95_s"):
             row["ci95_low_s"], row["ci95_high_s"] = record["ci95_s"]
+        for key, value in (record.get("first_wrong") or {}).items():
+            row[f"first_wrong_{key}"] = value
         for key in CSV_LISTS:
             row[key] = " ".join("-" if x is None else repr(x) for x in record.get(key, ()))
         self.append(self._row(lambda writer: writer.writerow(
@@ -209,12 +215,15 @@ def read_all(path):
 
 def _typed_csv_row(row):
     integers = ("world_size", "size_bytes", "numel", "element_size", "trials", "wrong",
-                "slowest_rank", "window", "repeat", "group")
+                "slowest_rank", "window", "repeat", "group", "busiest_receiver")
     floats = ("duration_s", "throughput_Bps", "busbw_Bps", "min_s", "median_s", "p99_s", "max_s",
               "cv", "comm_s", "compute_s", "total_s", "overlap_pct", "ci95_low_s", "ci95_high_s",
-              "precision", "precision_reached")
+              "precision", "precision_reached", "checked_duration_s", "message_rate_per_s")
     typed = dict(row)
-    for key in ("warmup", "precision_met"):
+    if row.get("first_wrong_trial"):
+        typed["first_wrong"] = {key: int(row[f"first_wrong_{key}"])
+                                for key in ("trial", "rank", "element")}
+    for key in ("warmup", "precision_met", "aggregate", "bidirectional"):
         typed[key] = {"True": True, "False": False}.get(row.get(key))
     if row.get("ci95_low_s"):
         typed["ci95_s"] = [float(row["ci95_low_s"]), float(row["ci95_high_s"])]
@@ -222,7 +231,7 @@ def _typed_csv_row(row):
         typed[key] = int(row[key]) if row.get(key) else None
     for key in floats:
         typed[key] = float(row[key]) if row.get(key) else None
-    for key, kind in zip(CSV_LISTS, (float, int, int, int)):
+    for key, kind in zip(CSV_LISTS, (float, int, int, int, int, int)):
         typed[key] = [None if x == "-" else kind(x) for x in (row.get(key) or "").split()]
     typed["groups"] = row.get("groups") or None
     return typed

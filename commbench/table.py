@@ -76,13 +76,15 @@ def get_metric_strings(args, tput, busbw, duration):
             "-" if busbw is None else f"{busbw / 1e9:.3f}", duration_text)
 
 
-def _extra_columns(args):
-    """(title, width) of the columns after BusBW: --time-budget's trial count, --repeat's
+def extra_columns(args):
+    """(title, width) of the columns after BusBW: the op's own, --time-budget's trial count, --repeat's
     interval (--precision's, and its window count), --stats figures, --overlap's, then
     --check's Wrong."""
     unit = " (us)" if args.raw else ""
     adaptive = getattr(args, "precision", None) is not None
-    columns = [("Trials", 10)] if args.time_budget and not adaptive else []
+    columns = list(getattr(args, "op_columns", ()))  # the op's own (pt2pt's pairs: Msgs/s)
+    if args.time_budget and not adaptive:
+        columns.append(("Trials", 10))
     if getattr(args, "repeat", 1) > 1 or adaptive:
         columns.append(("±95% CI", 10))
     if adaptive:
@@ -93,6 +95,9 @@ def _extra_columns(args):
     if getattr(args, "overlap", False):
         columns += [(f"Comm{unit}", 20), (f"Compute{unit}", 20), (f"Overlapped{unit}", 20),
                     ("Overlap %", 10)]
+    if getattr(args, "check_every", False):
+        # --check-every: a trial of the checked window (Duration stays the unchecked one's)
+        columns.append((f"Checked{unit}", 20))
     if args.check:
         columns.append(("Wrong", 10))
     return columns
@@ -103,7 +108,7 @@ def header_text(args, op_name, world_size, qualifiers=()):
     follow the device count in the title when the run has them (`dtype bfloat16`, `op max`)."""
     duration = "Duration (us)" if args.raw else "Duration"
     tput, busbw = f"Throughput ({args.bw_unit})", f"BusBW ({args.bw_unit})"
-    extra = "".join(f" {title:{width}s}" for title, width in _extra_columns(args))
+    extra = "".join(f" {title:{width}s}" for title, width in extra_columns(args))
     title = "".join(f", {q}" for q in qualifiers)
     return (f"\n---- Performance of {op_name} on {world_size} devices{title} " + "-" * 57 + "\n"
             f"{'Size (Bytes)':20s} {'Description':25s} {duration:20s} {tput:20s} "
@@ -115,10 +120,10 @@ def print_header(args, op_name, world_size, comm, qualifiers=()):
 
 
 def print_row(args, comm, size, description, duration, tput, busbw, extra=()):
-    """One row; `extra` holds the texts of the columns after BusBW, in _extra_columns order."""
+    """One row; `extra` holds the texts of the columns after BusBW, in extra_columns order."""
     tput_text, busbw_text, duration_text = get_metric_strings(args, tput, busbw, duration)
     size_text = str(size) if args.raw else convert_size(size)
-    tail = "".join(f" {text:{width}s}" for text, (_, width) in zip(extra, _extra_columns(args)))
+    tail = "".join(f" {text:{width}s}" for text, (_, width) in zip(extra, extra_columns(args)))
     print_rank_0(comm, f"{size_text:<20} {description:25s} {duration_text:20s} "
                        f"{tput_text:20s} {busbw_text:20s}{tail}")
 

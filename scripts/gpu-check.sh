@@ -112,10 +112,14 @@ for dist in torch deepspeed; do
     check "$dist scan --check --stats" 5 --dist "$dist" --scan --maxsize "$MAXSIZE" --check --stats
     check "$dist single size --check" 5 --dist "$dist" --mem-factor 0.05 --trials 20 --check
     check "$dist scan --async-op --check" 5 --dist "$dist" --scan --maxsize "$MAXSIZE" --async-op --check
-    # The four more ops, --op, two dtypes, --repeat and --overlap (NCCL's stream beside the
-    # compute's, timed with events): 9 ops at world size 1 (pt2pt needs two ranks).
-    check "$dist --all --overlap --repeat 2" 9 --dist "$dist" --all --scan --maxsize "$MAXSIZE" \
+    # The five more ops, --op, two dtypes, --repeat and --overlap (NCCL's stream beside the
+    # compute's, timed with events): 10 ops at world size 1 (pt2pt needs two ranks).
+    check "$dist --all --overlap --repeat 2" 10 --dist "$dist" --all --scan --maxsize "$MAXSIZE" \
         --check --op max --dtype float32,bfloat16 --repeat 2 --overlap --trials 10
+    # all_to_allv (its splits' check on the device) with every trial checked; --split and
+    # --pairs need more ranks than one GPU gives.
+    check "$dist all_to_allv --check-every" 1 --dist "$dist" --all-to-allv --a2a-skew zipf:1.2 \
+        --scan --maxsize "$MAXSIZE" --check-every --stats
 done
 
 if [ $FAILED = 0 ]; then say "all cases ok on $DEVICE"; else say "some cases FAILED on $DEVICE"; fi

@@ -25,10 +25,10 @@ PLAN = re.compile(r"commbench: (?P<op>\w+): per-rank memory (?P<memory>\d+) B \(
                   r"B reserve = (?P<need>\d+) B, (?P<verdict>within|over) the (?P<usable>\d+) B usable "
                   r"\(90%\)(?:, so capped)?; planned: (?P<numel>\d+) elements, (?P<planned>\d+) B$")
 # The title line; a run of several dtypes or another --op names them after the device count.
-HEADER = re.compile(r"^---- Performance of (\w+) on (\d+) devices((?:, [\w -]+(?: \([\w .-]+\))?)*)"
-                    r" -+$")
-# --groups: `, intra-host group 1 (ranks 2 3 on n2)`, `, inter-host group 0 (ranks 0 2)`
-GROUP = re.compile(r"(intra|inter)-host group (\d+) \(ranks ([\d ]+?)(?: on (\S+))?\)")
+HEADER = re.compile(r"^---- Performance of (\w+) on (\d+) devices((?:, [^,]+?)*) -+$")
+# --groups: `, intra-host group 1 (ranks 2 3 on n2)`, `, inter-host group 0 (ranks 0 2)`;
+# --split: `, split group 1 (ranks 1 3 on n1 n2)`
+GROUP = re.compile(r"(intra|inter|split)(?:-host)? group (\d+) \(ranks ([\d ]+?)(?: on (.+))?\)")
 ROW_LINE = re.compile(r"^\S")
 
 
@@ -170,8 +170,8 @@ def parse_tables(stdout):
                     qualifiers.update(layout=group.group(1), group=int(group.group(2)),
                                       ranks=[int(r) for r in group.group(3).split()],
                                       host=group.group(4))
-                else:
-                    key, value = part.split(" ")
+                else:  # `dtype bfloat16`, `splits zipf:1.5 (seed 0)`, `both ways`
+                    key, _, value = part.partition(" ")
                     qualifiers[key] = value
             current = Table(match.group(1), int(match.group(2)), columns, qualifiers=qualifiers)
             tables.append(current)
@@ -242,7 +242,8 @@ def require_launcher(launcher):
 # The suite's own scripts (the op scripts and run_all.py, or copies of them), which take --backend.
 SUITE_SCRIPTS = {"run_all.py"} | {f"{op}.py" for op in ("all_reduce", "all_gather", "all_to_all",
                                                         "reduce_scatter", "pt2pt", "broadcast",
-                                                        "reduce", "gather", "scatter", "barrier")}
+                                                        "reduce", "gather", "scatter", "barrier",
+                                                        "all_to_allv")}
 
 
 def gloo(script, args, backend="gloo"):

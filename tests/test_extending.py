@@ -40,7 +40,7 @@ if __name__ == "__main__":
 '''
 
 # The line.
-REGISTERED = '"scatter", "barrier", "all_reduce_max")'
+REGISTERED = '"all_to_allv", "barrier", "all_reduce_max")'
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def tree(tmp_path_factory):
                     ignore=shutil.ignore_patterns("__pycache__"))
     (copy / "all_reduce_max.py").write_text(OP_SCRIPT)
     constants = (copy / "constants.py").read_text()
-    changed = constants.replace('"scatter", "barrier")', REGISTERED)
+    changed = constants.replace('"all_to_allv", "barrier")', REGISTERED)
     assert len(changed.splitlines()) == len(constants.splitlines()) and changed != constants
     (copy / "constants.py").write_text(changed)
     return copy
@@ -87,7 +87,7 @@ def test_new_op_joins_every_op_and_the_original_names(tree, tmp_path):
                     "--dist=torch", nproc=2)
     assert result.returncode == 0, result
     assert result.ops == ["all_reduce", "all_gather", "all_to_all", "reduce_scatter", "pt2pt",
-                          "broadcast", "reduce", "gather", "scatter", "barrier",
+                          "broadcast", "reduce", "gather", "scatter", "all_to_allv", "barrier",
                           "all_reduce_max"]
     help_text = launch(str(tree / "run_all.py"), "--help").stdout
     assert re.search(r"--all-reduce-max\s+run all_reduce_max", help_text), help_text

@@ -40,11 +40,12 @@ def test_every_case_runs_on_cpu_ranks():
     lines = result.stdout.strip().splitlines()
     assert result.returncode == 0, result.stdout + result.stderr
     cases = [line for line in lines if re.match(r"gpu-check: (torch|deepspeed) ", line)]
-    assert len(cases) == 8, lines
+    assert len(cases) == 10, lines
     for line in cases:
-        assert re.search(r" ok: gloo, \d+ rows of (5|9) ops, 0 wrong, largest \w+ \d+ B in [\d.]+ "
+        assert re.search(r" ok: gloo, \d+ rows of (1|5|10) ops, 0 wrong, largest \w+ \d+ B in [\d.]+ "
                          r"us \(\d+ s\)$", line), line
     # Scans of --maxsize 6: 5 sizes of each of 5 ops; single sizes: one row per op; all ops at
-    # world size 1: 8 with payload x 2 dtypes x 5 sizes, and barrier's one row.
-    assert [int(re.search(r"(\d+) rows", line).group(1)) for line in cases] == [25, 5, 25, 81] * 2
+    # world size 1: 9 with payload x 2 dtypes x 5 sizes, and barrier's one row; all_to_allv's 5.
+    assert [int(re.search(r"(\d+) rows", line).group(1)) for line in cases] == \
+        [25, 5, 25, 91, 5] * 2
     assert lines[-1] == "gpu-check: all cases ok on cpu"

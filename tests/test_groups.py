@@ -146,7 +146,7 @@ def test_layouts_of_hosts():
 
 
 def test_every_op_in_the_inter_layout(hosts):
-    """All ten ops (roots: broadcast, reduce, gather, scatter, pt2pt's sender) in groups whose
+    """All eleven ops (roots: broadcast, reduce, gather, scatter, pt2pt's sender) in groups whose
     first rank is not rank 0, under a reducing operator other than sum."""
     name, subnet = hosts(2)
     stdout, stderrs, statuses = across(name, subnet, 2, 2, "--dist=torch", "--all", "--scan",
@@ -154,6 +154,39 @@ def test_every_op_in_the_inter_layout(hosts):
                                        "--op=max")
     assert statuses == [0, 0], stderrs
     tables = parse_tables(stdout)
-    assert len(tables) == 20
-    assert [t.qualifiers["ranks"] for t in tables] == [[0, 2], [1, 3]] * 10
+    assert len(tables) == 22
+    assert [t.qualifiers["ranks"] for t in tables] == [[0, 2], [1, 3]] * 11
     assert all(row.extra[-1] == "0" for t in tables for row in t.rows)
+
+
+def test_split_strided_and_pairs_across_two_hosts(hosts, tmp_path):
+    """--split 2:strided on 2 hosts x 2 ranks: every 2nd rank together, each group across both
+    hosts (as data parallelism's), beside the whole world (--groups world); pt2pt --pairs
+    across --bidirectional: rank i with i + 2, host 1 with host 2, both ways at once."""
+    name, subnet = hosts(2)
+    output = tmp_path / "split.jsonl"
+    stdout, stderrs, statuses = across(
+        name, subnet, 2, 2, "--dist=torch", "--all-reduce", "--pt2pt", "--pairs=across",
+        "--bidirectional", "--groups=world", "--split=2:strided", "--scan", "--maxsize=4",
+        "--trials=2", "--check", f"--output={output}")
+    assert statuses == [0, 0], stderrs
+    h1, h2 = f"{name}1", f"{name}2"
+    assert f"--split 2 (strided): group 0 (ranks 0 2 on {h1} {h2}); group 1 (ranks 1 3 on " \
+           f"{h1} {h2})" in stderrs[0]
+    tables = parse_tables(stdout)
+    shown = [(t.op, t.devices, t.qualifiers.get("ranks"), t.qualifiers.get("split"),
+              t.qualifiers.get("pairs")) for t in tables]
+    total = "aggregate of 2 groups at once"
+    assert shown == [
+        ("all_reduce", 4, None, None, None), ("all_reduce", 2, [0, 2], None, None),
+        ("all_reduce", 2, [1, 3], None, None), ("all_reduce", 4, None, total, None),
+        ("pt2pt", 4, None, None, "across (0-2 1-3)"),
+        ("pt2pt", 2, [0, 2], None, "across (0-1)"), ("pt2pt", 2, [1, 3], None, "across (0-1)"),
+        ("pt2pt", 4, None, total, "across (0-1)")]
+    assert all(row.extra[-1] == "0" for t in tables for row in t.rows)
+    meta, records = _records(output)
+    assert meta["groups"]["split"] == [[0, 2], [1, 3]] and meta["split"] == [2, "strided"]
+    world = [r for r in records if r["op"] == "pt2pt" and not r.get("groups")]
+    assert all(r["pairs"] == [[0, 2], [1, 3]] and r["bidirectional"] for r in world)
+    # two pairs both ways: Throughput 4 messages' bytes a second, BusBW one pair's 2
+    assert all(r["throughput_Bps"] == pytest.approx(2 * r["busbw_Bps"]) for r in world)

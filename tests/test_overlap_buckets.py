@@ -58,7 +58,7 @@ def test_overlap_on_every_op_keeps_check_last(run):
     result = run("run_all.py", "--all", "--scan", "--maxsize=5", "--overlap", "--check", "--raw",
                  "--trials=2", "--dist=torch", nproc=3)
     assert result.returncode == 0, result
-    assert len(result.tables) == 10
+    assert len(result.tables) == 11
     for table in result.tables:
         assert table.columns[5:] == OVERLAP_COLUMNS + ["Wrong"], table.op
         assert all(row.extra[-1] == "0" for row in table.rows)

@@ -269,7 +269,7 @@ def test_the_issue_command(run):
                  nproc=3, timeout=600)
     assert result.returncode == 0, result
     ops = ["all_reduce", "all_gather", "all_to_all", "reduce_scatter", "pt2pt", "broadcast",
-           "reduce", "gather", "scatter", "barrier"]
+           "reduce", "gather", "scatter", "all_to_allv", "barrier"]
     assert [t.op for t in result.tables] == [o for o in ops for _ in (1, 2)][:-1]
     for table in result.tables:
         assert set(wrong(table)) == {0}

@@ -236,8 +236,9 @@ def render(report, form):
     return "\n".join(lines)
 
 
-LAYOUTS = ("world", "intra", "inter")
-_LAYOUT_NAMES = {"world": "world", "intra": "intra-host", "inter": "inter-host"}
+LAYOUTS = ("world", "intra", "inter", "split", "split-aggregate")
+_LAYOUT_NAMES = {"world": "world", "intra": "intra-host", "inter": "inter-host",
+                 "split": "split", "split-aggregate": "split together"}
 
 
 def split_layout(key):
@@ -258,8 +259,8 @@ def layouts(run):
         by_op.setdefault(op, {})[kind] = run.ops[key]
     if not any(len(kinds) > 1 or "world" not in kinds for kinds in by_op.values()):
         raise ValueError(f"{run.path} holds the whole world's figures only: run it with "
-                         "--groups world,intra,inter to put layouts side by side, or give a "
-                         "second run to compare against")
+                         "--groups world,intra,inter (or --groups world --split N) to put "
+                         "layouts side by side, or give a second run to compare against")
     ops = []
     for op, kinds in by_op.items():
         shown = [kind for kind in LAYOUTS if kind in kinds]
@@ -285,7 +286,7 @@ def _layout_verdict(op, rows, shown):
     missing (a run stopped before it); at small and large messages, or over the sizes both
     have when none falls in those groups."""
     parts = []
-    pairs = [("inter", "intra"), ("world", "inter")]
+    pairs = [("inter", "intra"), ("world", "inter"), ("world", "split")]
     if "inter" not in shown:
         pairs.append(("world", "intra"))
     for slow, fast in pairs:

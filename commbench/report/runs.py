@@ -124,7 +124,7 @@ def _from_results(path):
                   bw_unit=(meta or {}).get("bw_unit") or "Gbps")
         for r in records:
             key = r["op"] if len(dtypes) < 2 or not r.get("dtype") else f"{r['op']} {r['dtype']}"
-            key = layout_key(key, r.get("groups"))
+            key = layout_key(key, r.get("groups"), r.get("aggregate")) + _variant(r)
             busbw = r["busbw_Bps"]  # None: an op without payload (barrier)
             measured = Measurement(r["size_bytes"], float(r["duration_s"]),
                                    0.0 if busbw is None else float(busbw))
@@ -144,15 +144,28 @@ def _from_results(path):
     return run
 
 
-def layout_key(key, kind):
-    """The op key of a --groups layout's figures: `all_reduce intra`; the world's stays bare."""
-    return key if kind in (None, "world") else f"{key} {kind}"
+def layout_key(key, kind, aggregate=False):
+    """The op key of a --groups layout's figures: `all_reduce intra`; the world's stays bare;
+    --split's: `all_reduce split`, and its aggregate table's `all_reduce split-aggregate`."""
+    if kind in (None, "world"):
+        return key
+    return f"{key} {kind}-aggregate" if aggregate else f"{key} {kind}"
+
+
+def _variant(record):
+    """What sets a pt2pt apart from another: `pairs-all`, `both-ways` (--pairs, --bidirectional)."""
+    words = []
+    if record.get("pairs_mode") not in (None, "one"):
+        words.append(f"pairs-{record['pairs_mode']}")
+    if record.get("bidirectional"):
+        words.append("both-ways")
+    return "".join(f" {word}" for word in words)
 
 
 def _slower(run, key, measured):
     """A layout's groups all measure each size at once: its figure is the slowest group's (the
     one a step in which every group communicates waits for). True: `measured` is that one."""
-    if len(key.split()) < 2 or key.split()[-1] not in ("intra", "inter"):
+    if len(key.split()) < 2 or key.split()[-1] not in ("intra", "inter", "split"):
         return True
     earlier = run.ops.get(key, {}).get(measured.size)
     return earlier is None or measured.duration > earlier.duration
