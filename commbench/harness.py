@@ -222,7 +222,7 @@ def _group_result(collective, input, args, comm, per_rank, ranks, repeat):
         low, high = lead[_LOW], lead[_HIGH]
         record.update(repeat=repeat, windows_s=lead[-2 * repeat:-repeat],
                       window_trials=[int(count) for count in lead[-repeat:]], ci95_s=[low, high])
-        reached = (high - mean) / mean if mean > 0 else None
+        reached = precision.half_width(record["windows_s"], record["window_trials"])
         text = "-" if reached is None else f"±{reached * 100:.1f}%"
         if target is not None:
             met = reached is not None and reached <= target
