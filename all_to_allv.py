@@ -7,7 +7,7 @@ import functools
 import torch
 
 from commbench import harness
-from commbench.collective import GATHERED, Collective, bound
+from commbench.collective import SPLIT, Collective, bound
 from commbench.traffic import Traffic
 
 
@@ -76,7 +76,9 @@ ALL_TO_ALLV = Collective(
     output_numel=functools.partial(_largest_received, _EVEN),
     algbw_factor=lambda n: 1,  # the busiest sender's bytes a second
     busbw_factor=_EVEN.busbw_factor,  # the busiest rank's bytes to or from the others
-    size_rule=GATHERED,
+    # sizes as all_to_all's (n x a power of two; bytes rounded down to a multiple of n), so
+    # their tables line up; the single-size plan counts the busiest receiver's output
+    size_rule=SPLIT,
     expected=functools.partial(_received, _EVEN),
     specialize=specialize,
 )

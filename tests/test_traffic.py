@@ -105,6 +105,20 @@ def test_each_skew_and_a_scaled_matrix_beside_pt2pt_both_ways(tmp_path):
                 assert record["message_rate_per_s"] == pytest.approx(2 / record["duration_s"])
 
 
+def test_single_size_plans_for_the_busiest_receiver():
+    """Without --scan and without a matrix: SPEC's rule at --mem-factor (no extra share, as
+    all_gather's one-tensor form has), n x a power of two as all_to_all's, and the output buffer
+    the busiest receiver needs (hot:1 at 3 ranks: 2.4 times the input) in the plan."""
+    result = launch("all_to_allv.py", "--a2a-skew=hot:1", "--mem-factor=0.001", "--trials=2",
+                    "--check", "--dist=torch", nproc=3)
+    assert result.returncode == 0, result
+    plan = next(line for line in result.stderr.splitlines() if "per-rank memory" in line)
+    assert " B x 0.001 = " in plan and "(input 1 + output 2.4)" in plan, plan
+    (row,) = result.table("all_to_allv").rows
+    assert row.numel % 3 == 0 and (row.numel // 3) & (row.numel // 3 - 1) == 0
+    assert row.extra == ["0"]
+
+
 # ------------------------------------------------------------------ --check-every
 
 def test_check_every_names_the_wrong_trial_rank_and_element(tmp_path):
