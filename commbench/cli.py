@@ -72,33 +72,21 @@ def _cpu_list(text):
     return cpus
 
 
-def _layouts(text):
-    try:
-        return grouping.kinds(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+def _argument(parse):
+    """A flag's type from a parser that raises ValueError with the reason (argparse's line)."""
+    def convert(text):
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return convert
 
 
-def _matrix_file(text):
-    try:
-        traffic.read_matrix(text)
-    except traffic.MatrixError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return text
-
-
-def _skew(text):
-    try:
-        return traffic.parse_skew(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def _split(text):
-    try:
-        return grouping.split_rule(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+_layouts = _argument(grouping.kinds)
+_skew = _argument(traffic.parse_skew)
+_split = _argument(grouping.split_rule)
+# the file is read (and refused) on every rank at parse time; the path is what the run keeps
+_matrix_file = _argument(lambda text: traffic.read_matrix(text) and text)
 
 
 def _dtype_names(text):
