@@ -40,24 +40,24 @@ def test_overlap_columns_are_consistent(run, tmp_path, nproc, dist):
     lines = [json.loads(line) for line in output.read_text().splitlines()]
     meta, found = lines[0], lines[1:]
     assert meta["overlap"] is True and meta["overlap_factor"] == 1.0
-    faster = []
+    too_fast = []
     for row, record in zip(overlap_rows(table), found):
         comm, compute, total, pct = row
         assert comm > 0 and compute > 0 and total > 0
         assert 0 <= pct <= 100
         assert pct == pytest.approx(osu(comm, compute, total), abs=0.06)  # printed to 0.1 / 1 us
-        # Doing both cannot take much less than the longer of the two alone; but each is its
-        # own window, and one descheduled on 2 shared cores reads several times too long (CI
-        # saw compute alone at 18.2 ms, 4.5x the op it is sized to match, and 6.5 ms for
-        # both): one such row in the scan is noise, more is a bug.
-        if total < 0.5 * max(comm, compute):
-            faster.append(row)
+        # Doing both cannot take much less than either alone. Not "than the longer": each is
+        # its own window, and beside another test on 2 cores the compute-alone window reads
+        # 4-6x the op it is sized to match (CI: 18.2 ms against 4.05 ms, both 6.5 ms; at 3
+        # ranks three rows alike), which noise does to it and not to the window of both.
+        if total < 0.5 * min(comm, compute):
+            too_fast.append(row)
         figures = record["overlap"]
         assert set(figures) == {"comm_s", "compute_s", "total_s", "overlap_pct"}
         assert figures["comm_s"] * 1e6 == pytest.approx(comm, abs=0.002)
         assert len(record["overlap_pct_per_rank"]) == nproc
         assert all(0 <= p <= 100 for p in record["overlap_pct_per_rank"])
-    assert len(faster) <= 1, faster
+    assert not too_fast, too_fast
 
 
 def test_overlap_on_every_op_keeps_check_last(run):
