@@ -30,7 +30,15 @@ up() {
     check_name "$name"
     [[ $count =~ ^[1-9][0-9]?$ ]] || { echo "sim-hosts: N must be 1-99: $count" >&2; exit 2; }
     [[ $subnet =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || { echo "sim-hosts: SUBNET is three octets, e.g. 10.77.0: $subnet" >&2; exit 2; }
-    if [ -e "$dir" ]; then echo "sim-hosts: $name is already up ($dir)" >&2; exit 1; fi
+    if [ -e "$dir" ]; then
+        # a run killed before its `down` leaves the directory; it is up only if its hosts are
+        if [ -e "/run/netns/${name}1" ] || ip link show "${name}br" > /dev/null 2>&1; then
+            echo "sim-hosts: $name is already up ($dir; scripts/sim-hosts.sh down $name)" >&2
+            exit 1
+        fi
+        echo "sim-hosts: $name: removing what a killed run left in $dir" >&2
+        rm -rf "$dir"
+    fi
     mkdir -p "$dir"
     {
         echo "127.0.0.1 localhost"

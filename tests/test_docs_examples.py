@@ -53,6 +53,14 @@ def alone(commands):
     return "sim-hosts.sh" in commands or "sim-slurm.sh" in commands
 
 
+def clear(commands):
+    """Take down the simulated clusters and hosts `commands` bring up, by their names."""
+    for script in ("sim-slurm.sh", "sim-hosts.sh"):
+        for name in re.findall(script.replace(".", r"\.") + r" up (\w+)", commands):
+            subprocess.run([str(ROOT / "scripts" / script), "down", name],
+                           capture_output=True, timeout=60)
+
+
 def test_every_page_has_examples():
     assert {page for page, *_ in ALL} == set(PAGES), ALL
 
@@ -64,6 +72,7 @@ def test_every_page_has_examples():
 def test_docs_example_runs_as_written(page, line, seconds, commands):
     if alone(commands):
         require_root("simulated hosts need root (network namespaces)")
+    clear(commands)  # what a run killed before its teardown left, by name
     before = set(ROOT.iterdir())
     script = "set -euo pipefail\n" + commands
     try:
@@ -74,12 +83,7 @@ def test_docs_example_runs_as_written(page, line, seconds, commands):
         pytest.fail(f"docs/{page}:{line}: did not finish within the {seconds} s the page "
                     f"states\n{expired.stderr or ''}")
     finally:
-        for name in re.findall(r"sim-slurm\.sh up (\w+)", commands):
-            subprocess.run([str(ROOT / "scripts" / "sim-slurm.sh"), "down", name],
-                           capture_output=True, timeout=60)
-        for name in re.findall(r"sim-hosts\.sh up (\w+)", commands):
-            subprocess.run([str(ROOT / "scripts" / "sim-hosts.sh"), "down", name],
-                           capture_output=True, timeout=60)
+        clear(commands)
         for made in set(ROOT.iterdir()) - before:  # what the example wrote (and no other test)
             if made.is_file() and made.name in commands:
                 made.unlink()
