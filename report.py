@@ -2,6 +2,7 @@
 
   python report.py compare A B [--threshold 1.10] [--noise-threshold 5] [--format text|markdown|json]
   python report.py compare RUN      (a run of --groups: its layouts side by side)
+  python report.py compare R1 R2    (two replays of one trace, replay.py --output: call by call)
   python report.py plot A [B ...] -o curves.png     (a doctor.py run: its pair heatmaps)
   python report.py strategy RESULTS --params 7B [--world-size N] [--gpu-mem 80] ...
   python report.py strategy RESULTS --measured RUNS [--plot strategies.png]
@@ -16,7 +17,7 @@ import sys
 
 from commbench.flags import Parser
 from commbench.numbers import byte_count, float_in, int_at_least
-from commbench.report import buckets, doctor, measured, strategy
+from commbench.report import buckets, doctor, measured, replays, strategy
 from commbench.report.compare import compare, layouts, render, render_layouts
 from commbench.report.plot import plot
 from commbench.report.runs import ReportError, load_run
@@ -116,6 +117,12 @@ def main(argv=None):
                 print(render_layouts(layouts(load_run(args.a)), args.format))
             except ValueError as error:
                 raise ReportError(str(error)) from None
+        elif args.command == "compare" and replays.is_replay(args.a):
+            if not replays.is_replay(args.b):
+                raise ReportError(f"{args.a} is a replay (replay.py --output) and {args.b} is "
+                                  "not: compare two replays of one trace")
+            print(replays.render(replays.compare(args.a, args.b, args.noise_threshold / 100),
+                                 args.format))
         elif args.command == "compare":
             print(render(compare(load_run(args.a), load_run(args.b), args.threshold,
                                  args.noise_threshold / 100), args.format))

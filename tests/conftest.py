@@ -243,7 +243,7 @@ def require_launcher(launcher):
 SUITE_SCRIPTS = {"run_all.py"} | {f"{op}.py" for op in ("all_reduce", "all_gather", "all_to_all",
                                                         "reduce_scatter", "pt2pt", "broadcast",
                                                         "reduce", "gather", "scatter", "barrier",
-                                                        "all_to_allv")}
+                                                        "all_to_allv", "replay")}
 
 
 def gloo(script, args, backend="gloo"):

@@ -18,6 +18,9 @@ Per call:
 Blocked time: synchronous calls' durations, asynchronous calls' issue durations and the time
 spent in the returned Work's wait(). The Work is handed back inside a thin proxy that times
 wait() and passes everything else (get_future(), is_completed(), ...) to the real one.
+
+With a tracer (commbench.trace.capture.Tracer), each counted call is also handed to it: its
+arguments when issued, its duration when complete, and each first wait() on its Work.
 """
 
 import contextlib
@@ -110,11 +113,12 @@ class _TrackedWork:
     """A Work as returned by torch, with wait() timed (blocked time, and completion when the
     Work has no future). Everything else is the real Work's."""
 
-    __slots__ = ("_work", "_recorder", "_counts", "_completed")
+    __slots__ = ("_work", "_recorder", "_counts", "_completed", "_call")
 
-    def __init__(self, work, recorder, counts, entry, start):
+    def __init__(self, work, recorder, counts, entry, start, call=None):
         self._work, self._recorder, self._counts = work, recorder, counts
         done = []
+        tracer = recorder.tracer
 
         def completed(_future=None):  # holds no reference to the Work: no cycle through C++
             now = time.perf_counter()
@@ -122,8 +126,10 @@ class _TrackedWork:
                 if not done:
                     done.append(now)
                     entry[2] += now - start
+                    if call is not None:
+                        tracer.completed(call, now - start)
 
-        self._completed = completed
+        self._completed, self._call = completed, call
         try:
             future = work.get_future()
         except (RuntimeError, AttributeError):  # gloo's send/recv works have none
@@ -132,6 +138,8 @@ class _TrackedWork:
             future.then(completed)  # runs at once when the work is already complete
 
     def wait(self, *args, **kwargs):
+        if self._call is not None:
+            self._recorder.tracer.waited(self._call)
         began = time.perf_counter()
         try:
             return self._work.wait(*args, **kwargs)
@@ -149,7 +157,8 @@ class Recorder:
     """Counts communication per step while installed (install / remove), between begin_step
     and end_step; calls outside a step, or under paused(), pass through uncounted."""
 
-    def __init__(self):
+    def __init__(self, tracer=None):
+        self.tracer = tracer
         self.lock = threading.Lock()
         self.steps = []  # StepCounts of each finished step
         self._current = None
@@ -232,6 +241,9 @@ class Recorder:
                 asynchronous = name in ALWAYS_ASYNC or bool(bound.arguments.get("async_op"))
             except (TypeError, KeyError):  # a call torch itself will refuse: let it say why
                 return original(*args, **kwargs)
+            tracer = recorder.tracer
+            call = tracer.issued(name, bound.arguments, asynchronous, len(recorder.steps)) \
+                if tracer is not None else None
             local.depth = getattr(local, "depth", 0) + 1
             start = time.perf_counter()
             try:
@@ -246,13 +258,15 @@ class Recorder:
                 counts.blocked_s += ended - start
                 if not asynchronous or result is None:
                     entry[2] += ended - start
+                if call is not None:
+                    tracer.returned(call, start, ended, result, asynchronous)
             if not asynchronous or result is None:
                 return result
             if isinstance(result, list):  # batch_isend_irecv: one completion for the batch
-                return [_TrackedWork(work, recorder, counts, entry, start)
-                        if i == len(result) - 1 else _TimedWaitOnly(work, recorder, counts)
+                return [_TrackedWork(work, recorder, counts, entry, start, call)
+                        if i == len(result) - 1 else _TimedWaitOnly(work, recorder, counts, call)
                         for i, work in enumerate(result)]
-            return _TrackedWork(result, recorder, counts, entry, start)
+            return _TrackedWork(result, recorder, counts, entry, start, call)
 
         counted.__wrapped__ = original
         counted.__name__ = getattr(original, "__name__", name)
@@ -264,12 +278,14 @@ class _TimedWaitOnly:
     """A Work of a batch whose completion another Work of the batch stands for: only its wait()
     is timed (blocked time)."""
 
-    __slots__ = ("_work", "_recorder", "_counts")
+    __slots__ = ("_work", "_recorder", "_counts", "_call")
 
-    def __init__(self, work, recorder, counts):
-        self._work, self._recorder, self._counts = work, recorder, counts
+    def __init__(self, work, recorder, counts, call=None):
+        self._work, self._recorder, self._counts, self._call = work, recorder, counts, call
 
     def wait(self, *args, **kwargs):
+        if self._call is not None:
+            self._recorder.tracer.waited(self._call)
         began = time.perf_counter()
         try:
             return self._work.wait(*args, **kwargs)

@@ -1,5 +1,5 @@
-"""parallel_bench.py's run: the flags, the measured loop around each strategy, the table rank 0
-prints and the JSON lines it writes.
+"""parallel_bench.py's run: the flags and the measured loop around each strategy (the table and
+the JSON lines: output.py; the trace of the measured steps with --trace: commbench.trace).
 
 For each strategy: build it, `--warmup` steps, then `--steps` measured steps, each after a
 barrier, with the accounting installed (accounting.Recorder) and the memory high-water mark
@@ -12,10 +12,8 @@ import contextlib
 import ctypes
 import ctypes.util
 import gc
-import json
 import math
 import os
-import platform
 import socket
 import statistics
 import sys
@@ -32,9 +30,11 @@ from ..guard import agree_to_go_on
 from ..harness import guarded
 from ..memory import read_field
 from ..numbers import float_in, int_at_least
-from ..table import convert_size, note, print_rank_0
+from ..table import note
+from ..trace.capture import Tracer
 from .accounting import OPS, Recorder
 from .model import ModelConfig
+from .output import open_output, report
 from .train import ORDER, STRATEGIES, import_deepspeed, optimizer_config
 
 # ------------------------------------------------------------------------------------- flags
@@ -102,6 +102,9 @@ def parser():
                         "stops growing from step to step (ZeRO-3), allocations get slower; "
                         "default: MALLOC_MMAP_THRESHOLD_ if set, else glibc's dynamic threshold")
     p.add_argument("--output", default=None, metavar="PATH", help="JSON lines, by rank 0")
+    p.add_argument("--trace", default=None, metavar="DIR",
+                   help="record the measured steps' communication, call by call, into "
+                        "DIR/<strategy>/rank<R>.json, for replay.py (docs/replay.md)")
     p.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     p.add_argument("--backend", default=None, help="default: nccl on cuda, gloo on cpu (also where oneCCL's bindings are "
                         "installed); ccl: --strategy ddp, tp and pp")
@@ -267,7 +270,11 @@ def measure(run, name):
     """One strategy: build, warm up, measure; the record (on every rank)."""
     args, comm = run.args, run.comm
     strategy = STRATEGIES[name](run)
-    memory, recorder = PeakMemory(comm), Recorder()
+    tracer = None
+    if args.trace:
+        tracer = Tracer(os.path.join(args.trace, name),
+                        source=f"parallel_bench.py --strategy {name} (steps {args.steps})")
+    memory, recorder = PeakMemory(comm), Recorder(tracer)
     gc.collect()
     before = memory.now()
     strategy.setup()
@@ -279,6 +286,8 @@ def measure(run, name):
     with recorder.installed():
         times = _timed_steps(run, strategy, args.steps, recorder, losses, memory, held)
     peak = memory.peak()
+    if tracer is not None:
+        write_trace(comm, tracer, args.steps)
     no_sync_times = None
     if name == "ddp":  # the same steps without communication, exposed = the difference
         strategy.communicate = False
@@ -367,109 +376,20 @@ def measure(run, name):
     }
 
 
+def write_trace(comm, tracer, steps):
+    """Each rank its file; a rank that cannot write stops every rank (one line)."""
+    failure = None
+    try:
+        tracer.write(steps)
+    except OSError as error:
+        failure = f"cannot write --trace {tracer.directory}: {error.strerror or error}"
+    if comm.any_rank(failure is not None):
+        raise BenchmarkError(failure or "a rank cannot write its --trace file",
+                             rank_local=failure is not None)
+
+
 def _spread(values):
     return {"median": _median(values), "min": min(values), "max": max(values), "p90": _p90(values)}
-
-
-# ----------------------------------------------------------------------------------- output
-
-COLUMNS = (("strategy", 9), ("step (median)", 14), ("spread (min-max)", 22), ("samples/s", 11),
-           ("tokens/s", 11), ("peak mem/rank", 14), ("exposed comm", 13), ("comm per step", 0))
-
-
-def _duration(seconds):
-    return f"{seconds * 1e3:.1f} ms" if seconds < 10 else f"{seconds:.2f} s"
-
-
-def _cells(values):
-    return " ".join(value.ljust(width) if width else value
-                    for value, (_, width) in zip(values, COLUMNS)).rstrip()
-
-
-def table_header(run):
-    args, comm = run.args, run.comm
-    title = (f"---- Parallel strategies on {comm.world_size} ranks: {run.model_config.params:,} "
-             f"parameters (hidden {args.hidden}, layers {args.layers}, heads {args.heads}, vocab "
-             f"{args.vocab}, seq {args.seq}), micro-batch {args.micro_batch} x "
-             f"{args.micro_batches}, {args.dtype} ")
-    return [title.ljust(110, "-"), _cells([title for title, _ in COLUMNS]), "-" * 110]
-
-
-def table_row(record):
-    spread = record["step_time_s"]
-    ops = ", ".join(f"{op} {convert_size(figures['bytes'])} ({figures['calls']:g} call"
-                    f"{'' if figures['calls'] == 1 else 's'})"
-                    for op, figures in record["comm"].items()) or "none"
-    return _cells([record["strategy"], _duration(spread["median"]),
-                   f"{_duration(spread['min'])} - {_duration(spread['max'])}",
-                   f"{record['samples_per_s']:.1f}", f"{record['tokens_per_s']:.0f}",
-                   convert_size(max(record["peak_memory_bytes_per_rank"])),
-                   _duration(record["exposed_comm_s"]), ops])
-
-
-class LinesWriter:
-    """JSON lines, one write and one flush a line, so a run that dies keeps what it measured."""
-
-    def __init__(self, path):
-        self.path = path
-        self.file = open(path, "w", encoding="utf-8")
-
-    def write(self, record):
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
-
-    def close(self):
-        self.file.close()
-
-
-def meta(run):
-    args, comm = run.args, run.comm
-    versions = {"python": platform.python_version(), "torch": torch.__version__}
-    try:
-        from importlib.metadata import version
-        versions["deepspeed"] = sys.modules["deepspeed"].__version__ if "deepspeed" in sys.modules \
-            else version("deepspeed")
-    except Exception:  # noqa: BLE001  (DeepSpeed not installed: no version to give)
-        pass
-    return {"type": "meta", "kind": "strategies", "dist": "torch", "backend": comm.backend,
-            "device": comm.device.type, "world_size": comm.world_size,
-            "hostnames": comm.hostnames,
-            "model": {"params": run.model_config.params, "hidden": args.hidden,
-                      "layers": args.layers, "heads": args.heads, "vocab": args.vocab,
-                      "seq": args.seq, "micro_batch": args.micro_batch,
-                      "micro_batches": args.micro_batches, "dtype": args.dtype,
-                      "element_size": run.dtype.itemsize},
-            "steps": args.steps, "warmup": args.warmup, "versions": versions,
-            "command": [sys.executable] + sys.argv,
-            "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-
-
-def open_output(run):
-    """Rank 0 opens --output; every rank learns whether it could."""
-    failure = None
-    if run.comm.global_rank == 0 and run.args.output:
-        try:
-            run.writer = LinesWriter(run.args.output)
-            run.writer.write(meta(run))
-        except OSError as error:
-            failure = f"cannot write --output {run.args.output}: {error.strerror or error}"
-    if run.comm.any_rank(failure is not None):
-        raise BenchmarkError(failure or "rank 0 cannot write the results file")
-
-
-def report(run, record):
-    comm = run.comm
-    if not run.header_printed:
-        for line in table_header(run):
-            print_rank_0(comm, line)
-        run.header_printed = True
-    print_rank_0(comm, table_row(record))
-    if run.writer is not None:
-        try:
-            run.writer.write(record)
-        except OSError as error:
-            comm.stop_on(BenchmarkError(f"cannot write --output {run.args.output}: "
-                                        f"{error.strerror or error}", rank_local=True))
 
 
 # ------------------------------------------------------------------------------------- main

@@ -1,0 +1,111 @@
+"""parallel_bench.py's output: the table rank 0 prints, row by row, and the JSON lines it
+writes (a meta record, then one record a strategy, each written and flushed as it is measured,
+so that a run that dies keeps what it measured)."""
+
+import json
+import platform
+import sys
+import time
+
+import torch
+
+from ..errors import BenchmarkError
+from ..table import convert_size, print_rank_0
+
+COLUMNS = (("strategy", 9), ("step (median)", 14), ("spread (min-max)", 22), ("samples/s", 11),
+           ("tokens/s", 11), ("peak mem/rank", 14), ("exposed comm", 13), ("comm per step", 0))
+
+
+def _duration(seconds):
+    return f"{seconds * 1e3:.1f} ms" if seconds < 10 else f"{seconds:.2f} s"
+
+
+def _cells(values):
+    return " ".join(value.ljust(width) if width else value
+                    for value, (_, width) in zip(values, COLUMNS)).rstrip()
+
+
+def table_header(run):
+    args, comm = run.args, run.comm
+    title = (f"---- Parallel strategies on {comm.world_size} ranks: {run.model_config.params:,} "
+             f"parameters (hidden {args.hidden}, layers {args.layers}, heads {args.heads}, vocab "
+             f"{args.vocab}, seq {args.seq}), micro-batch {args.micro_batch} x "
+             f"{args.micro_batches}, {args.dtype} ")
+    return [title.ljust(110, "-"), _cells([title for title, _ in COLUMNS]), "-" * 110]
+
+
+def table_row(record):
+    spread = record["step_time_s"]
+    ops = ", ".join(f"{op} {convert_size(figures['bytes'])} ({figures['calls']:g} call"
+                    f"{'' if figures['calls'] == 1 else 's'})"
+                    for op, figures in record["comm"].items()) or "none"
+    return _cells([record["strategy"], _duration(spread["median"]),
+                   f"{_duration(spread['min'])} - {_duration(spread['max'])}",
+                   f"{record['samples_per_s']:.1f}", f"{record['tokens_per_s']:.0f}",
+                   convert_size(max(record["peak_memory_bytes_per_rank"])),
+                   _duration(record["exposed_comm_s"]), ops])
+
+
+class LinesWriter:
+    """JSON lines, one write and one flush a line, so a run that dies keeps what it measured."""
+
+    def __init__(self, path):
+        self.path = path
+        self.file = open(path, "w", encoding="utf-8")
+
+    def write(self, record):
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+
+    def close(self):
+        self.file.close()
+
+
+def meta(run):
+    args, comm = run.args, run.comm
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    try:
+        from importlib.metadata import version
+        versions["deepspeed"] = sys.modules["deepspeed"].__version__ if "deepspeed" in sys.modules \
+            else version("deepspeed")
+    except Exception:  # noqa: BLE001  (DeepSpeed not installed: no version to give)
+        pass
+    return {"type": "meta", "kind": "strategies", "dist": "torch", "backend": comm.backend,
+            "device": comm.device.type, "world_size": comm.world_size,
+            "hostnames": comm.hostnames,
+            "model": {"params": run.model_config.params, "hidden": args.hidden,
+                      "layers": args.layers, "heads": args.heads, "vocab": args.vocab,
+                      "seq": args.seq, "micro_batch": args.micro_batch,
+                      "micro_batches": args.micro_batches, "dtype": args.dtype,
+                      "element_size": run.dtype.itemsize},
+            "steps": args.steps, "warmup": args.warmup, "versions": versions,
+            "command": [sys.executable] + sys.argv,
+            "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def open_output(run):
+    """Rank 0 opens --output; every rank learns whether it could."""
+    failure = None
+    if run.comm.global_rank == 0 and run.args.output:
+        try:
+            run.writer = LinesWriter(run.args.output)
+            run.writer.write(meta(run))
+        except OSError as error:
+            failure = f"cannot write --output {run.args.output}: {error.strerror or error}"
+    if run.comm.any_rank(failure is not None):
+        raise BenchmarkError(failure or "rank 0 cannot write the results file")
+
+
+def report(run, record):
+    comm = run.comm
+    if not run.header_printed:
+        for line in table_header(run):
+            print_rank_0(comm, line)
+        run.header_printed = True
+    print_rank_0(comm, table_row(record))
+    if run.writer is not None:
+        try:
+            run.writer.write(record)
+        except OSError as error:
+            comm.stop_on(BenchmarkError(f"cannot write --output {run.args.output}: "
+                                        f"{error.strerror or error}", rank_local=True))

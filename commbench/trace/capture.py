@@ -1,0 +1,278 @@
+"""Recording a job's communication: every torch.distributed call (and so every deepspeed.comm
+call, which goes through it), in order, one file per rank.
+
+Two lines in a training script:
+
+    from commbench.trace import record
+    with record("trace/"):          # or: recorder = record("trace/"); ...; recorder.close()
+        train()
+
+`record(...).step()` marks the end of a training step (the replay then reports per step).
+Each rank writes `DIR/rank<R>.json` when the recording ends, and again at each step, so a job
+that dies keeps what it ran. The wrapping is the strategies' accounting
+(commbench.strategies.accounting.Recorder): only the outermost call counts, the Work an async
+call returns is handed back in a proxy that notes its first wait().
+"""
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed
+import torch.distributed.distributed_c10d as c10d
+
+from .model import FORMAT, VERSION, Call, Part, dtype_name
+
+
+def _numel(tensor):
+    return tensor.numel() if isinstance(tensor, torch.Tensor) else 0
+
+
+def _dtype(tensor):
+    return dtype_name(tensor.dtype) if isinstance(tensor, torch.Tensor) else None
+
+
+def _first(tensors):
+    return next((t for t in tensors or () if isinstance(t, torch.Tensor)), None)
+
+
+def _reduce_op(op):
+    if op is None:
+        return "sum"
+    name = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
+    return {"premul_sum": "sum", "band": "band", "bor": "bor", "bxor": "bxor"}.get(
+        name.lower(), name.lower())
+
+
+def _rows_to_elements(split, tensor):
+    """torch's split sizes count rows of dimension 0; the trace counts elements."""
+    if split is None:
+        return None
+    row = tensor.numel() // tensor.shape[0] if tensor.dim() and tensor.shape[0] else 1
+    return [int(count) * row for count in split]
+
+
+class Tracer:
+    """This rank's calls, in issue order, and their files."""
+
+    def __init__(self, directory, source=None):
+        self.directory = directory
+        self.source = source
+        self.lock = threading.Lock()
+        self.calls = []
+        self.t0 = time.perf_counter()
+        self.started = time.time()
+        self._groups = {}  # id(group) -> global ranks
+        self._next_req = 0
+        self._waited = set()
+        self.rank = torch.distributed.get_rank()
+        self.world_size = torch.distributed.get_world_size()
+
+    # -- what a call is
+
+    def _ranks(self, group):
+        if group is None or group is c10d.GroupMember.WORLD:
+            return tuple(range(self.world_size))
+        key = id(group)
+        if key not in self._groups:
+            self._groups[key] = tuple(torch.distributed.get_process_group_ranks(group))
+        return self._groups[key]
+
+    @staticmethod
+    def _global(ranks, plain, in_group):
+        if plain is not None:
+            return int(plain)
+        return ranks[in_group] if in_group is not None else None
+
+    def _describe(self, name, a):
+        ranks = self._ranks(a.get("group"))
+        g = len(ranks)
+        call = {"group": ranks, "function": name}
+        if name in ("all_reduce", "all_reduce_coalesced"):
+            tensors = a["tensors"] if name == "all_reduce_coalesced" else [a["tensor"]]
+            numel = sum(_numel(t) for t in tensors)
+            call.update(op="all_reduce", dtype=_dtype(_first(tensors)), in_numel=numel,
+                        out_numel=numel, reduce_op=_reduce_op(a.get("op")))
+        elif name == "all_gather":
+            call.update(op="all_gather", dtype=_dtype(a["tensor"]), in_numel=_numel(a["tensor"]),
+                        out_numel=sum(_numel(t) for t in a["tensor_list"]))
+        elif name in ("all_gather_into_tensor", "all_gather_single", "_all_gather_base"):
+            call.update(op="all_gather", dtype=_dtype(a["input_tensor"]),
+                        in_numel=_numel(a["input_tensor"]), out_numel=_numel(a["output_tensor"]))
+        elif name == "all_gather_coalesced":
+            inputs = a["input_tensor_list"]
+            call.update(op="all_gather", dtype=_dtype(_first(inputs)),
+                        in_numel=sum(_numel(t) for t in inputs),
+                        out_numel=sum(_numel(t) for out in a["output_tensor_lists"] for t in out))
+        elif name == "reduce_scatter":
+            call.update(op="reduce_scatter", dtype=_dtype(a["output"]),
+                        in_numel=sum(_numel(t) for t in a["input_list"]),
+                        out_numel=_numel(a["output"]), reduce_op=_reduce_op(a.get("op")))
+        elif name in ("reduce_scatter_tensor", "reduce_scatter_single", "_reduce_scatter_base"):
+            call.update(op="reduce_scatter", dtype=_dtype(a["input"]), in_numel=_numel(a["input"]),
+                        out_numel=_numel(a["output"]), reduce_op=_reduce_op(a.get("op")))
+        elif name == "broadcast":
+            numel = _numel(a["tensor"])
+            call.update(op="broadcast", dtype=_dtype(a["tensor"]), in_numel=numel, out_numel=numel,
+                        root=self._global(ranks, a.get("src"), a.get("group_src")))
+        elif name == "reduce":
+            numel = _numel(a["tensor"])
+            call.update(op="reduce", dtype=_dtype(a["tensor"]), in_numel=numel, out_numel=numel,
+                        root=self._global(ranks, a.get("dst"), a.get("group_dst")),
+                        reduce_op=_reduce_op(a.get("op")))
+        elif name == "all_to_all_single":
+            inp, out = a["input"], a["output"]
+            in_split = _rows_to_elements(a.get("input_split_sizes"), inp) or \
+                [_numel(inp) // g] * g
+            out_split = _rows_to_elements(a.get("output_split_sizes"), out) or \
+                [_numel(out) // g] * g
+            call.update(op="all_to_all", dtype=_dtype(inp), in_numel=sum(in_split),
+                        out_numel=sum(out_split), in_split=in_split, out_split=out_split)
+        elif name == "all_to_all":
+            in_split = [_numel(t) for t in a["input_tensor_list"]]
+            out_split = [_numel(t) for t in a["output_tensor_list"]]
+            call.update(op="all_to_all", dtype=_dtype(_first(a["input_tensor_list"])),
+                        in_numel=sum(in_split), out_numel=sum(out_split), in_split=in_split,
+                        out_split=out_split)
+        elif name == "gather":
+            root = self._global(ranks, a.get("dst"), a.get("group_dst"))
+            numel = _numel(a["tensor"])
+            call.update(op="gather", dtype=_dtype(a["tensor"]), in_numel=numel, root=root,
+                        out_numel=numel * g if root == self.rank else 0)
+        elif name == "scatter":
+            root = self._global(ranks, a.get("src"), a.get("group_src"))
+            numel = _numel(a["tensor"])
+            call.update(op="scatter", dtype=_dtype(a["tensor"]), out_numel=numel, root=root,
+                        in_numel=numel * g if root == self.rank else 0)
+        elif name in ("send", "isend"):
+            numel = _numel(a["tensor"])
+            call.update(op="send", dtype=_dtype(a["tensor"]), in_numel=numel,
+                        peer=self._global(ranks, a.get("dst"), a.get("group_dst")))
+        elif name in ("recv", "irecv"):
+            numel = _numel(a["tensor"])
+            call.update(op="recv", dtype=_dtype(a["tensor"]), out_numel=numel,
+                        peer=self._global(ranks, a.get("src"), a.get("group_src")))
+        elif name == "batch_isend_irecv":
+            parts = []
+            for p2p in a["p2p_op_list"]:
+                sends = "send" in getattr(p2p.op, "__name__", "")
+                part_ranks = self._ranks(getattr(p2p, "group", None))
+                peer = self._global(part_ranks, getattr(p2p, "peer", None),
+                                    getattr(p2p, "group_peer", None))
+                parts.append(Part("send" if sends else "recv", peer, _numel(p2p.tensor),
+                                  _dtype(p2p.tensor)))
+            call.update(op="batch", batch=parts, group=(),
+                        in_numel=sum(p.numel for p in parts if p.op == "send"),
+                        out_numel=sum(p.numel for p in parts if p.op == "recv"))
+        else:  # barrier, monitored_barrier
+            call.update(op="barrier")
+        return call
+
+    # -- the accounting's hooks (called with the accounting's lock held, except waited)
+
+    def issued(self, name, arguments, asynchronous, step):
+        fields = self._describe(name, arguments)
+        with self.lock:
+            call = Call(index=len(self.calls), step=step,
+                        start_s=time.perf_counter() - self.t0, **fields)
+            if asynchronous:
+                call.req = self._next_req
+                self._next_req += 1
+            self.calls.append(call)
+        return call
+
+    def returned(self, call, start, ended, result, asynchronous):
+        if call.op == "recv" and call.peer is None and isinstance(result, int):
+            call.peer = result  # a receive from any source: the sender it got
+        if not asynchronous or result is None:
+            call.duration_s = ended - start
+            call.req = None  # nothing to wait for (a coalesced call returns no Work)
+
+    def completed(self, call, seconds):
+        call.duration_s = seconds
+
+    def waited(self, call):
+        with self.lock:
+            if call.req is None or call.req in self._waited:
+                return
+            self._waited.add(call.req)
+            self.calls.append(Call(index=len(self.calls), op="wait", waits=[call.req],
+                                   step=call.step, start_s=time.perf_counter() - self.t0))
+
+    # -- the file
+
+    def job_groups(self):
+        """The process groups the job made, in the order it made them (torch's own table)."""
+        try:
+            table = c10d._world.pg_group_ranks
+        except AttributeError:
+            return []
+        groups = []
+        for members in list(table.values()):
+            ranks = tuple(sorted(members, key=members.get))
+            if len(ranks) != self.world_size and ranks not in groups:
+                groups.append(ranks)
+        return [list(group) for group in groups]
+
+    def document(self, steps=None):
+        with self.lock:
+            calls = [call.record() for call in self.calls]
+        return {"format": FORMAT, "version": VERSION, "rank": self.rank,
+                "world_size": self.world_size, "hostname": socket.gethostname(),
+                "backend": torch.distributed.get_backend(), "torch": torch.__version__,
+                "source": self.source or " ".join([os.path.basename(sys.executable)] + sys.argv),
+                "start_time": self.started, "steps": steps, "groups": self.job_groups(),
+                "calls": calls}
+
+    def write(self, steps=None):
+        os.makedirs(self.directory, exist_ok=True)
+        path = os.path.join(self.directory, f"rank{self.rank}.json")
+        temporary = f"{path}.tmp"
+        with open(temporary, "w", encoding="utf-8") as out:
+            json.dump(self.document(steps), out)
+        os.replace(temporary, path)  # a reader never sees half a file
+        return path
+
+
+class record:
+    """Record this rank's communication into DIR (see the module's docstring). A context
+    manager, or an object to close()."""
+
+    def __init__(self, directory, source=None):
+        from ..strategies.accounting import Recorder
+        if not torch.distributed.is_initialized():
+            raise RuntimeError("commbench.trace.record: start the process group first "
+                               "(torch.distributed.init_process_group or "
+                               "deepspeed.init_distributed)")
+        self.tracer = Tracer(directory, source)
+        self.recorder = Recorder(self.tracer)
+        self.recorder.install()
+        self.recorder.begin_step()
+        self.steps = 0
+        self.closed = False
+
+    def step(self):
+        """The end of a training step: calls after it belong to the next."""
+        self.recorder.end_step()
+        self.steps += 1
+        self.tracer.write(self.steps)
+        self.recorder.begin_step()
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        self.recorder.end_step()
+        self.recorder.remove()
+        self.tracer.write(self.steps or None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

@@ -1,0 +1,325 @@
+"""replay.py's run: read the trace (every rank reads every file), check that the ranks'
+sequences fit together, start the process group on as many ranks as the trace has, make the
+trace's groups, then warmup passes, --repeat timed passes and with --check one more pass whose
+outputs are compared. Rank 0 prints the tables and writes --output.
+
+Every bad trace is found before the process group starts, alike on every rank: one line, exit
+2, no rank left waiting for another."""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed
+
+import constants
+from ..comm import init_comm
+from ..errors import BenchmarkError, UsageError
+from ..flags import Parser
+from ..guard import agree_to_go_on
+from ..launch import discover_launch_env
+from ..memory import per_rank_memory
+from ..numbers import float_in, int_at_least
+from ..results import free_path
+from ..table import convert_size, note, print_rank_0
+from . import agree, summary
+from .engine import Replayer, bytes_in_flight
+from .formats import FORMAT_NAMES, read
+from .model import KINDS, TraceError
+
+
+class _Parser(Parser):
+    def error(self, message):
+        raise UsageError(f"{message} (see --help)")
+
+
+def parser():
+    p = _Parser(prog="replay.py",
+                description="Replay a recorded job's communication: the same collectives, "
+                            "sizes, groups and order, timed; how close to the job it came.")
+    p.add_argument("trace", metavar="TRACE_DIR",
+                   help="one file per rank, the rank the last number in its name (the suite's "
+                        "own traces, PyTorch execution traces, PARAM basic comms traces)")
+    p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
+                   help="set by launchers; default: from the launcher's environment")
+    p.add_argument("--dist", choices=constants.DISTS, default="torch",
+                   help="issue the calls through torch.distributed (default) or deepspeed.comm")
+    p.add_argument("--backend", default=None,
+                   help="default: nccl on cuda, ccl where oneCCL's bindings are, else gloo")
+    p.add_argument("--device", default=None, help="default: the accelerator, else cpu")
+    p.add_argument("--warmup", type=int_at_least(0), default=1,
+                   help="untimed passes first (default %(default)s)")
+    p.add_argument("--repeat", type=int_at_least(1), default=5,
+                   help="timed passes of the whole trace (default %(default)s)")
+    p.add_argument("--pace", action="store_true",
+                   help="keep the trace's gaps between calls (default: back to back)")
+    p.add_argument("--check", action="store_true",
+                   help="one more pass with known inputs, every output compared (0 wrong "
+                        "expected; exit 1 otherwise)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="what would run and the trace's totals, without communicating (one "
+                        "plain process: python replay.py DIR --dry-run)")
+    p.add_argument("--top", type=int_at_least(0), default=10,
+                   help="the heaviest calls listed (default %(default)s)")
+    p.add_argument("--output", default=None, metavar="FILE.jsonl",
+                   help="one record per replayed call, in trace order, and a summary")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace --output if it exists (default: write FILE.jsonl.1, ...)")
+    p.add_argument("--timeout", type=float_in(0, 1e6, "a positive number of seconds"),
+                   default=300, help="seconds a rank waits for its peers (default %(default)s)")
+    return p
+
+
+# ------------------------------------------------------------------------------- the trace
+
+def load(args):
+    trace = read(args.trace)
+    agree.check(trace)
+    return trace
+
+
+def describe(trace):
+    """The trace in lines: its format, ranks, calls, groups, totals per kind."""
+    counts = {rank: sum(1 for c in calls if c.op != "wait") for rank, calls in trace.ranks.items()}
+    lines = [f"trace {os.path.abspath(trace_dir_name(trace))}: {FORMAT_NAMES[trace.format]}, "
+             f"{trace.world_size} ranks, {sum(counts.values())} calls "
+             f"({min(counts.values())}-{max(counts.values())} per rank)"
+             + (f", {trace.steps} step{'s' if trace.steps != 1 else ''}" if trace.steps else "")
+             + (f", recorded by: {trace.source}" if trace.source else "")]
+    groups = trace.all_groups()
+    lines.append(f"groups besides the world: {len(groups)}" +
+                 (": " + " ".join(str(list(g)) for g in groups[:8]) +
+                  (" ..." if len(groups) > 8 else "") if groups else ""))
+    lines += [f"note: {text}" for text in trace.notes]
+    return lines
+
+
+def trace_dir_name(trace):
+    return getattr(trace, "directory", "")
+
+
+def totals_lines(trace):
+    lines = [f"{'op':<16}{'calls/rank':>11}{'bytes/rank':>13}{'async':>7}{'job time':>12}"]
+    for kind in KINDS:
+        per_rank = [[c for c in calls if c.kind == kind] for calls in trace.ranks.values()]
+        if not any(per_rank):
+            continue
+        durations = [sum(c.duration_s for c in chosen) for chosen in per_rank
+                     if all(c.duration_s is not None for c in chosen)]
+        job = summary._seconds(max(durations)) if len(durations) == len(per_rank) else "-"
+        lines.append(f"{kind:<16}{max(len(c) for c in per_rank):>11}"
+                     f"{convert_size(max(sum(c.nbytes for c in chosen) for chosen in per_rank)):>13}"
+                     f"{max(sum(1 for c in chosen if c.asynchronous) for chosen in per_rank):>7}"
+                     f"{job:>12}")
+    return lines
+
+
+def dry_run(args):
+    trace = load(args)
+    trace.directory = args.trace
+    for line in describe(trace) + totals_lines(trace):
+        print(line)
+    need = max(bytes_in_flight(calls) for calls in trace.ranks.values())
+    print(f"the most a rank holds at once: {convert_size(need)}; the ranks' sequences agree; "
+          "nothing was sent (--dry-run)")
+
+
+# --------------------------------------------------------------------------------- the run
+
+def comm_args(args):
+    return argparse.Namespace(**vars(args), pin=False, groups=None, op="sum", dtype="float32")
+
+
+def check_world(trace, args):
+    launch = discover_launch_env(local_rank_arg=args.local_rank)
+    if launch.world_size != trace.world_size:
+        raise TraceError(f"{args.trace} holds a {trace.world_size}-rank trace; this run has "
+                         f"{launch.world_size} rank{'s' if launch.world_size != 1 else ''}: "
+                         f"launch it on {trace.world_size}")
+
+
+def check_memory(comm, trace):
+    memory, source = per_rank_memory(comm)
+    needs = {rank: bytes_in_flight(calls) for rank, calls in trace.ranks.items()}
+    rank = max(needs, key=needs.get)
+    if needs[rank] > 0.9 * memory:
+        raise TraceError(f"the trace's calls need up to {convert_size(needs[rank])} at once on "
+                         f"rank {rank}, more than the {convert_size(memory)} a rank has here "
+                         f"({source})")
+
+
+def meta(args, comm, trace):
+    return {"type": "meta", "kind": "replay", "trace": os.path.abspath(args.trace),
+            "trace_format": trace.format, "trace_source": trace.source,
+            "trace_steps": trace.steps, "dist": args.dist, "backend": comm.backend,
+            "device": comm.device.type, "world_size": comm.world_size,
+            "hostnames": comm.hostnames, "warmup": args.warmup, "repeat": args.repeat,
+            "pace": args.pace, "check": args.check,
+            "versions": {"python": platform.python_version(), "torch": torch.__version__},
+            "command": [sys.executable] + sys.argv,
+            "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def open_output(args, comm, trace):
+    writer, failure = None, None
+    if comm.global_rank == 0 and args.output:
+        try:
+            path = free_path(args.output, args.overwrite)
+            writer = open(path, "w", encoding="utf-8")
+            writer.write(json.dumps(meta(args, comm, trace)) + "\n")
+            writer.flush()
+            args.output = path
+        except (OSError, BenchmarkError) as error:
+            failure = f"cannot write --output {args.output}: " \
+                      f"{getattr(error, 'strerror', None) or error}"
+    if comm.any_rank(failure is not None):
+        raise BenchmarkError(failure or "rank 0 cannot write --output")
+    return writer
+
+
+def gather(comm, trace, times, starts, wrong, passes):
+    """Every rank's per-pass call times and starts, wrong counts and pass times, on every
+    rank: {rank: {"times": [per call: [per pass] or None], "starts": (alike), "wrong",
+    "passes"}}."""
+    longest = max(len(calls) for calls in trace.ranks.values())
+    repeat = len(passes)
+    nan = float("nan")
+    mine = []
+    for table in (times, starts):
+        for index in range(longest):
+            for k in range(repeat):
+                value = table[k][index] if index < len(table[k]) else None
+                mine.append(nan if value is None else value)
+    mine += [float(w) for w in wrong] + [0.0] * (longest - len(wrong)) + list(passes)
+    rows = comm.gather_figures(mine)
+    result = {}
+    block = longest * repeat
+    for rank, row in enumerate(rows):
+        count = len(trace.ranks[rank])
+
+        def per_call(at):
+            values = [[row[at + index * repeat + k] for k in range(repeat)]
+                      for index in range(count)]
+            return [None if any(x != x for x in v) else v for v in values]
+        at = 2 * block
+        result[rank] = {"times": per_call(0), "starts": per_call(block),
+                        "wrong": [int(x) for x in row[at:at + count]],
+                        "passes": row[at + longest:at + longest + repeat]}
+    return result
+
+
+def run(args):
+    import warnings
+    # torch deprecates the *_tensor collectives the replay issues (they are what jobs call)
+    warnings.filterwarnings("ignore", message=r"`torch\.distributed\.\w+` is deprecated",
+                            category=FutureWarning)
+    trace = load(args)
+    trace.directory = args.trace
+    check_world(trace, args)
+    comm = init_comm(args.local_rank, comm_args(args))
+    rank = comm.global_rank
+    check_memory(comm, trace)
+    for line in describe(trace):
+        note(comm, line)
+    replayer = Replayer(comm, trace, rank)
+    replayer.make_groups()
+    writer = open_output(args, comm, trace)
+    try:
+        for _ in range(args.warmup):
+            replayer.run_pass()
+        times, starts, passes = [], [], []
+        for _ in range(args.repeat):
+            call_times, call_starts, _, seconds = replayer.run_pass(pace=args.pace)
+            times.append(call_times)
+            starts.append(call_starts)
+            passes.append(seconds)
+        wrong = [0] * len(replayer.calls)
+        if args.check:
+            _, _, wrong, _ = replayer.run_pass(check=True)
+        everyone = gather(comm, trace, times, starts, wrong, passes)
+        if rank == 0:
+            report(args, comm, trace, everyone, writer)
+        bad = sum(sum(r["wrong"]) for r in everyone.values())
+        if args.check and bad:
+            raise BenchmarkError(_wrong_line(trace, everyone, bad))
+        agree_to_go_on(comm)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def _wrong_line(trace, everyone, bad):
+    for rank, figures in everyone.items():
+        for index, count in enumerate(figures["wrong"]):
+            if count:
+                call = trace.ranks[rank][index]
+                return (f"--check: {bad} wrong element(s); the first: rank {rank}'s call {index} "
+                        f"({call.op} of {max(call.in_numel, call.out_numel)} {call.dtype}), "
+                        f"{count} wrong")
+    return f"--check: {bad} wrong element(s)"
+
+
+def report(args, comm, trace, everyone, writer):
+    medians = {rank: [statistics.median(t) if t else None for t in figures["times"]]
+               for rank, figures in everyone.items()}
+    pass_times = [max(everyone[r]["passes"][k] for r in everyone) for k in range(args.repeat)]
+    figures = summary.pass_figures(pass_times, trace.steps)
+    table = summary.kinds_table(trace, medians)
+    title = (f"---- replay of {args.trace} on {comm.world_size} ranks ({comm.backend}, "
+             f"{args.dist}), {args.repeat} pass{'es' if args.repeat != 1 else ''} after "
+             f"{args.warmup} warmup, {'paced' if args.pace else 'back to back'} ").ljust(100, "-")
+    lines = summary.kinds_lines(table, title)
+    lines.append(summary.pass_line(figures, args.repeat, trace.steps))
+    predicted = summary.prediction(trace, medians, everyone)
+    if predicted:
+        lines += [""] + summary.prediction_lines(predicted, trace.source or "as recorded")
+    if args.top:
+        lines += [""] + summary.heaviest_lines(trace, medians, args.top)
+    wrong = sum(sum(r["wrong"]) for r in everyone.values())
+    if args.check:
+        lines.append(f"--check: {wrong} wrong element(s) in "
+                     f"{sum(len(c) for c in trace.ranks.values())} calls")
+    for line in lines:
+        print_rank_0(comm, line)
+    if writer is None:
+        return
+    for rank in sorted(trace.ranks):
+        for call in trace.ranks[rank]:
+            record = {"type": "call", "rank": rank, **call.record()}
+            record.pop("start_s", None)
+            record["recorded_s"] = record.pop("duration_s", None)
+            if call.op != "wait":
+                record["time_s"] = medians[rank][call.index]
+                record["times_s"] = everyone[rank]["times"][call.index]
+                if args.check:
+                    record["wrong"] = everyone[rank]["wrong"][call.index]
+            writer.write(json.dumps(record) + "\n")
+    writer.write(json.dumps({
+        "type": "replay_summary", "world_size": comm.world_size, "repeat": args.repeat,
+        "steps": trace.steps, "pass_s": figures, "pass_times_s": pass_times, "kinds": table,
+        "total_s": summary.total_time(trace, medians), "prediction": predicted,
+        "wrong": wrong if args.check else None}) + "\n")
+    writer.flush()
+
+
+def main(argv=None):
+    from ..harness import guarded
+
+    def body():
+        args = parser().parse_args(argv)
+        if args.dry_run:
+            dry_run(args)
+        else:
+            run(args)
+    status = guarded(body)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
