@@ -218,9 +218,33 @@ class Tracer:
                 groups.append(ranks)
         return [list(group) for group in groups]
 
+    def _with_completions(self, calls):
+        """An asynchronous call whose Work nobody waited for (its future did the work: DDP's
+        comm hook) is taken as waited just before the first call the rank issued after it
+        completed; one that had not completed when the recording ended, at the end."""
+        waited = {req for call in calls if call.op == "wait" for req in call.waits}
+        done = sorted((call.start_s + call.duration_s, call.req) for call in calls
+                      if call.req is not None and call.req not in waited and
+                      call.duration_s is not None)
+        if not done:
+            return calls
+        result, at = [], 0
+        for call in calls:
+            while at < len(done) and done[at][0] <= call.start_s:
+                result.append(Call(index=0, op="wait", waits=[done[at][1]], function="future",
+                                   step=call.step, start_s=done[at][0]))
+                at += 1
+            result.append(call)
+        result += [Call(index=0, op="wait", waits=[req], function="future", start_s=when)
+                   for when, req in done[at:]]
+        for index, call in enumerate(result):
+            call.index = index
+        return result
+
     def document(self, steps=None):
         with self.lock:
-            calls = [call.record() for call in self.calls]
+            calls = [call.record() for call in self._with_completions(
+                [Call.from_record(call.record()) for call in self.calls])]
         return {"format": FORMAT, "version": VERSION, "rank": self.rank,
                 "world_size": self.world_size, "hostname": socket.gethostname(),
                 "backend": torch.distributed.get_backend(), "torch": torch.__version__,

@@ -269,13 +269,13 @@ def report(args, comm, trace, everyone, writer):
                for rank, figures in everyone.items()}
     pass_times = [max(everyone[r]["passes"][k] for r in everyone) for k in range(args.repeat)]
     figures = summary.pass_figures(pass_times, trace.steps)
-    table = summary.kinds_table(trace, medians)
+    table = summary.kinds_table(trace, everyone)
     title = (f"---- replay of {args.trace} on {comm.world_size} ranks ({comm.backend}, "
              f"{args.dist}), {args.repeat} pass{'es' if args.repeat != 1 else ''} after "
              f"{args.warmup} warmup, {'paced' if args.pace else 'back to back'} ").ljust(100, "-")
     lines = summary.kinds_lines(table, title)
     lines.append(summary.pass_line(figures, args.repeat, trace.steps))
-    predicted = summary.prediction(trace, medians, everyone)
+    predicted = summary.prediction(trace, everyone)
     if predicted:
         lines += [""] + summary.prediction_lines(predicted, trace.source or "as recorded")
     if args.top:
@@ -302,7 +302,7 @@ def report(args, comm, trace, everyone, writer):
     writer.write(json.dumps({
         "type": "replay_summary", "world_size": comm.world_size, "repeat": args.repeat,
         "steps": trace.steps, "pass_s": figures, "pass_times_s": pass_times, "kinds": table,
-        "total_s": summary.total_time(trace, medians), "prediction": predicted,
+        "total_s": summary.total_time(trace, everyone), "prediction": predicted,
         "wrong": wrong if args.check else None}) + "\n")
     writer.flush()
 

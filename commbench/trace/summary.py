@@ -2,8 +2,9 @@
 (per step where the trace knows its steps), and for a trace that carries the job's own timings
 (the suite's recorder does), the job's communication time beside the replay's.
 
-Figures over ranks: a kind's time is the slowest rank's sum of its calls' times (the median
-over the passes of each call); asynchronous calls overlap, so a sum can exceed the pass. Bus
+Figures over ranks: a kind's time is the slowest rank's sum of its calls' times in a pass (the
+median over the passes); asynchronous calls overlap, so a sum can exceed the time they took
+together, which the job-against-replay table gives too (the time with a call in flight). Bus
 bytes of a call (what BusBW divides): all_reduce 2(g-1)/g of its bytes, all_gather and
 reduce_scatter (g-1)/g of the whole buffer, all_to_all the bytes to other ranks, gather and
 scatter (g-1)/g of the whole, broadcast, reduce and point-to-point their bytes."""
@@ -54,9 +55,19 @@ def _rate(bytes_, seconds):
     return f"{rate / 1e6:.1f} MB/s" if rate >= 1e5 else f"{rate / 1e3:.1f} kB/s"
 
 
-def kinds_table(trace, medians, recorded=False):
-    """{kind: figures} from each rank's per-call seconds (`medians[rank][index]`, None for
-    waits). With `recorded`, the same from the trace's own durations."""
+def _sum_over_passes(figures, chosen):
+    """The median over the passes of each pass's sum of `chosen` calls' times: not the sum of
+    per-call medians, which leaves out every call's tail (a small call's is 10x its median on
+    gloo here)."""
+    passes = len(figures["times"][chosen[0].index] or ())
+    sums = [sum(figures["times"][c.index][k] for c in chosen) for k in range(passes)]
+    return statistics.median(sums) if sums else None
+
+
+def kinds_table(trace, everyone=None):
+    """{kind: figures}: the replay's from each rank's per-pass call times (everyone, from
+    replay.gather), or without it the job's, from the trace's own durations (None where it has
+    none)."""
     table = {}
     for kind in KINDS:
         per_rank = {}
@@ -64,11 +75,16 @@ def kinds_table(trace, medians, recorded=False):
             chosen = [c for c in calls if c.kind == kind]
             if not chosen:
                 continue
-            times = [(c.duration_s if recorded else medians[rank][c.index]) for c in chosen]
-            if any(t is None for t in times):
-                return None if recorded else table
+            if everyone is None:
+                times = [c.duration_s for c in chosen]
+                if any(t is None for t in times):
+                    return None
+                total = sum(times)
+            else:
+                times = [statistics.median(everyone[rank]["times"][c.index]) for c in chosen]
+                total = _sum_over_passes(everyone[rank], chosen)
             per_rank[rank] = {"calls": len(chosen), "bytes": sum(c.nbytes for c in chosen),
-                              "time_s": sum(times), "times": times,
+                              "time_s": total, "times": times,
                               "bus_bytes": sum(bus_bytes(c, rank) for c in chosen)}
         if not per_rank:
             continue
@@ -85,15 +101,19 @@ def kinds_table(trace, medians, recorded=False):
     return table
 
 
-def total_time(trace, medians, recorded=False):
-    """The slowest rank's sum over all its calls."""
+def total_time(trace, everyone=None):
+    """The slowest rank's sum over all its calls (the replay's: median over the passes)."""
     sums = []
     for rank, calls in trace.ranks.items():
-        times = [c.duration_s if recorded else medians[rank][c.index]
-                 for c in calls if c.op != "wait"]
-        if recorded and any(t is None for t in times):
-            return None
-        sums.append(sum(t for t in times if t is not None))
+        chosen = [c for c in calls if c.op != "wait"]
+        if not chosen:
+            continue
+        if everyone is None:
+            if any(c.duration_s is None for c in chosen):
+                return None
+            sums.append(sum(c.duration_s for c in chosen))
+        else:
+            sums.append(_sum_over_passes(everyone[rank], chosen))
     return max(sums) if sums else 0.0
 
 
@@ -178,17 +198,17 @@ def _ratio(ours, theirs):
     return ours / theirs if ours is not None and theirs else None
 
 
-def prediction(trace, medians, everyone):
+def prediction(trace, everyone):
     """{kind: {job_s, replay_s, ratio, job_in_flight_s, replay_in_flight_s, in_flight_ratio}}
     and a "total" entry, or None when the trace has no timings of its own."""
-    job = kinds_table(trace, medians, recorded=True)
+    job = kinds_table(trace)
     if not job:
         return None
-    replay = kinds_table(trace, medians)
+    replay = kinds_table(trace, everyone)
     result = {}
     for kind in list(job) + ["total"]:
         if kind == "total":
-            theirs, ours = total_time(trace, medians, True), total_time(trace, medians)
+            theirs, ours = total_time(trace), total_time(trace, everyone)
             select = None
         else:
             theirs, ours, select = job[kind]["time_s"], replay[kind]["time_s"], kind
