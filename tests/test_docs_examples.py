@@ -18,7 +18,8 @@ from conftest import ROOT, base_env, require_root
 # are the machine's, and doctor.py's verdict judges latency. The others are plain local runs, whose
 # stated time (several times what they take here) holds beside another test.
 
-PAGES = ["cluster.md", "verdicts.md", "overlap.md", "sweeps.md", "doctor.md", "traffic.md"]
+PAGES = ["cluster.md", "verdicts.md", "overlap.md", "sweeps.md", "doctor.md", "traffic.md",
+         "replay.md"]
 FENCE = re.compile(r"^\s*```(\w*)\s*$")
 CLAIM = re.compile(r"under (\d+) (s|seconds|min|minutes)\b")
 

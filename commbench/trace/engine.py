@@ -98,7 +98,9 @@ class Replayer:
         return None if call.group in ((), self.world) else self.handles[call.group]
 
     def _reduce(self, call):
-        return getattr(torch.distributed.ReduceOp, REDUCE_OPS[call.reduce_op or "sum"])
+        """The layer's own ReduceOp member (deepspeed.comm has its own enum)."""
+        layer = self.dist if hasattr(self.dist, "ReduceOp") else torch.distributed
+        return getattr(layer.ReduceOp, REDUCE_OPS[call.reduce_op or "sum"])
 
     def _function(self, name):
         return getattr(self.dist, name, None) or getattr(torch.distributed, name)

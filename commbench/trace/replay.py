@@ -283,7 +283,8 @@ def report(args, comm, trace, everyone, writer):
     wrong = sum(sum(r["wrong"]) for r in everyone.values())
     if args.check:
         lines.append(f"--check: {wrong} wrong element(s) in "
-                     f"{sum(len(c) for c in trace.ranks.values())} calls")
+                     f"{sum(c.op != 'wait' for calls in trace.ranks.values() for c in calls)} "
+                     "calls")
     for line in lines:
         print_rank_0(comm, line)
     if writer is None:
