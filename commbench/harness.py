@@ -538,6 +538,21 @@ def cli(run, argv=None):
     sys.exit(guarded(body))
 
 
+def exit_without_finalising(status):
+    """Flush and end the process at once, for a run after a training loop or a replay: gloo's
+    worker thread destroys the last collective's Work (and drops its tensors, which needs the
+    GIL) just after wait() returned; when the interpreter is already finalising by then, that
+    thread is killed inside C++ and the rank aborts ("terminate called without an active
+    exception", exit -6: one run in four here after a training loop). Everything is written;
+    the process has nothing left to finalise."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
+
+
 def guarded(body):
     """Call body() (parse the flags and run) and return the exit status: expected failures are
     one line on stderr (from rank 0 when every rank fails alike), a lost peer too, a closed

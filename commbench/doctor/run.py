@@ -21,7 +21,7 @@ from .. import results
 from ..cli import add_rank_flags
 from ..comm import init_comm
 from ..harness import open_results
-from ..errors import BenchmarkError, UsageError
+from ..errors import UsageError
 from ..flags import Parser
 from ..numbers import byte_count, float_in, int_at_least
 from ..table import emit, note

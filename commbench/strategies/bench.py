@@ -16,7 +16,6 @@ import math
 import os
 import socket
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 
@@ -27,7 +26,7 @@ from ..comm import init_comm
 from ..errors import BenchmarkError, UsageError
 from ..flags import Parser
 from ..guard import agree_to_go_on
-from ..harness import guarded
+from ..harness import exit_without_finalising, guarded
 from ..memory import read_field
 from ..numbers import float_in, int_at_least
 from ..table import note
@@ -425,15 +424,4 @@ def run_all(args):
 
 def main(argv=None):
     """The entry point: expected failures are one line on stderr and a non-zero exit."""
-    status = guarded(lambda: run_all(parser().parse_args(argv)))
-    # Not sys.exit: gloo's worker thread destroys the last collective's Work (and drops its
-    # tensors, which needs the GIL) just after wait() returned; when the interpreter is already
-    # finalising by then, that thread is killed inside C++ and the rank aborts ("terminate
-    # called without an active exception", exit -6: one run in four here after a training
-    # loop). Everything is written and flushed; the process has nothing left to finalise.
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(status)
+    exit_without_finalising(guarded(lambda: run_all(parser().parse_args(argv))))  # not sys.exit

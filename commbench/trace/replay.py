@@ -309,7 +309,7 @@ def report(args, comm, trace, everyone, writer):
 
 
 def main(argv=None):
-    from ..harness import guarded
+    from ..harness import exit_without_finalising, guarded
 
     def body():
         args = parser().parse_args(argv)
@@ -317,10 +317,4 @@ def main(argv=None):
             dry_run(args)
         else:
             run(args)
-    status = guarded(body)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(status)
+    exit_without_finalising(guarded(body))  # after the passes, as after a training loop
