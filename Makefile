@@ -31,6 +31,8 @@ bench: venv ops $(filter ccl,$(BACKEND))
 	mkdir -p results
 	$(BIN)/deepspeed --num_gpus $(NPROC) run_all.py $(BENCH_ARGS) --backend $(BACKEND) --output results/bench.jsonl --overwrite
 	$(BIN)/python report.py plot results/bench.jsonl -o results/curves.png
+	$(BIN)/python report.py html results/bench.jsonl -o results/report.html
+	@echo "the run on one page: $(CURDIR)/results/report.html"
 
 # The six parallel strategies measured on $(NPROC) local CPU ranks (parallel_bench.py), held
 # against the estimate from the collective curves of the same ranks: results/strategies.md

@@ -4,20 +4,21 @@
   python report.py compare RUN      (a run of --groups: its layouts side by side)
   python report.py compare R1 R2    (two replays of one trace, replay.py --output: call by call)
   python report.py plot A [B ...] -o curves.png     (a doctor.py run: its pair heatmaps)
+  python report.py html A [B ...] -o report.html    (one self-contained page of runs)
   python report.py strategy RESULTS --params 7B [--world-size N] [--gpu-mem 80] ...
   python report.py strategy RESULTS --measured RUNS [--plot strategies.png]
   python report.py buckets RESULTS --grad-mb G [--backward-ms T] [--plot buckets.png]
 
 A and B are result files of `--output` (.jsonl, .json, .csv), saved stdout of the suite
 (a tee'd table, --raw or not, several ops in one file), or nccl-tests text output.
-Standard library only, but for `plot` (matplotlib, imported when plotting).
+Standard library only, but for `plot` and `html` (matplotlib, and Jinja2, imported when used).
 """
 
 import sys
 
 from commbench.flags import Parser
 from commbench.numbers import byte_count, float_in, int_at_least
-from commbench.report import buckets, doctor, measured, replays, strategy
+from commbench.report import buckets, doctor, html, measured, replays, strategy
 from commbench.report.compare import compare, layouts, render, render_layouts
 from commbench.report.plot import plot
 from commbench.report.runs import ReportError, load_run
@@ -52,6 +53,12 @@ def main(argv=None):
                      help="with --repeat runs: a significant change smaller than this is called "
                           "noise (default %(default)s)")
     cmp.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    page = commands.add_parser("html", help="one self-contained page of runs: what ran, tables, "
+                                            "curves, verdicts (docs/report.md)")
+    page.add_argument("runs", nargs="+", help="results files, saved tables, doctor.py, "
+                                              "parallel_bench.py or replay.py runs")
+    page.add_argument("-o", "--output", default="report.html",
+                      help="the page (default %(default)s)")
     drawing = commands.add_parser("plot", help="bus bandwidth and latency curves of runs")
     drawing.add_argument("runs", nargs="+")
     drawing.add_argument("-o", "--output", default="curves.png",
@@ -117,6 +124,9 @@ def main(argv=None):
                 print(render_layouts(layouts(load_run(args.a)), args.format))
             except ValueError as error:
                 raise ReportError(str(error)) from None
+        elif args.command == "html":
+            written = html.write(args.runs, args.output)
+            print(f"{PROG}: wrote {args.output} ({written / 1024:.0f} KiB)", file=sys.stderr)
         elif args.command == "compare" and replays.is_replay(args.a):
             if not replays.is_replay(args.b):
                 raise ReportError(f"{args.a} is a replay (replay.py --output) and {args.b} is "

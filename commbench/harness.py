@@ -19,6 +19,7 @@ from .dtypes import dtypes_for, get_dtype
 from .errors import PROG, BenchmarkError, OutputClosed, UsageError
 from .guard import (RESULTS_LOCK, agree_to_go_on, deadline, guard_stop_signals, peer_failure,
                     rank_for_messages, say)
+from .layer import processor_model
 from .memory import MemoryMeter
 from .sizes import allocate, cap_sweep, plan_single_size, sweep_numels
 from .table import (duration_text, emit_or_stop, extra_columns, note, output_failure, print_header,
@@ -96,7 +97,8 @@ def run_meta(args, comm, ops):
         "ccl": comm.ccl,
         # seconds per rank from the start-up to the process group up and the first collective
         "startup": comm.startup,
-        "torch_threads": torch.get_num_threads(), "command": [sys.executable] + sys.argv,
+        "torch_threads": torch.get_num_threads(), "processor": processor_model(comm.device),
+        "command": [sys.executable] + sys.argv,
         "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 

@@ -4,6 +4,7 @@ the backend the run measures, and the one line for a process group that did not 
 
 import contextlib
 import os
+import platform
 import sys
 import traceback
 
@@ -111,3 +112,22 @@ def tell_deepspeed_backend(ds_accelerator, backend):
     if backend != ds_accelerator.communication_backend_name() and \
             hasattr(ds_accelerator, "_communication_backend_name"):
         ds_accelerator._communication_backend_name = backend
+
+
+def processor_model(device):
+    """The CPU's model name (/proc/cpuinfo), and the accelerator's where the run used one: what
+    a results file's reader needs to know about the machine."""
+    cpu = None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            cpu = next((line.split(":", 1)[1].strip() for line in info
+                        if line.startswith("model name")), None)
+    except OSError:
+        pass
+    models = {"cpu": cpu or platform.processor() or None, "cpus": os.cpu_count()}
+    if device.type != "cpu":
+        try:
+            models["accelerator"] = torch.get_device_module(device.type).get_device_name(device)
+        except (AttributeError, RuntimeError, AssertionError):
+            models["accelerator"] = None
+    return models

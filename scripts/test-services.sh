@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What the launcher tests need beyond the venv (which has MPICH's mpirun from PyPI):
 # Debian's Open MPI (mpirun.openmpi, outside the venv so it never shadows MPICH's mpirun),
-# pdsh (deepspeed --hostfile's launcher) and a one-node Slurm cluster. Needs root; without
-# it, says what the tests will skip.
+# pdsh (deepspeed --hostfile's launcher), a one-node Slurm cluster, and Debian's Chromium
+# (report.py html's pages opened in a real browser). Needs root; without it, says what the
+# tests will skip.
 #   scripts/test-services.sh up     install what is missing, start Slurm
 #   scripts/test-services.sh down   stop the Slurm daemons that `up` started
 set -u
@@ -24,6 +25,11 @@ up)
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq && apt-get install -y -qq --no-install-recommends pdsh >/dev/null \
             || echo "test-services: could not install pdsh" >&2
+    fi
+    if ! command -v chromium >/dev/null; then  # tests/test_report_html.py, headless
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+            || echo "test-services: could not install chromium" >&2
     fi
     if [ -f /etc/slurm/slurm.conf ] && ! grep -q '^ClusterName=commbench$' /etc/slurm/slurm.conf; then
         echo "test-services: a Slurm configuration of this host's own exists; using it as it is" >&2

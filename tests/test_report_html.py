@@ -1,0 +1,296 @@
+"""report.py html: the page opened in a real browser (Debian's headless Chromium) for one run,
+two runs, a run with --groups and a parallel_bench.py run: no console message, no request
+leaving the file, its tables' figures those of the results file, a screenshot that is not
+blank; and a broken or empty input is one line, exit 1, nothing left behind."""
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from html.parser import HTMLParser
+
+import pytest
+
+from conftest import ROOT, launch
+
+# Chromium's own background requests (its clock, component updates, sign-in) go through the
+# proxy too; they are Google's hosts, never the page's.
+CHROMIUMS_OWN = re.compile(r"(^|\.)(google\.com|googleapis\.com|gvt1\.com|gstatic\.com)$")
+
+
+def chromium():
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        why = "no chromium here (scripts/test-services.sh up installs Debian's, as root)"
+        if os.environ.get("COMMBENCH_REQUIRE_LAUNCHERS"):
+            pytest.fail(why)
+        pytest.skip(why)
+    return found
+
+
+class Proxy:
+    """A listening socket every request of the browser is sent to (--proxy-server): what
+    arrives is what left the page."""
+
+    def __init__(self):
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.listen(64)
+        self.port = self.socket.getsockname()[1]
+        self.requests = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            with connection:
+                connection.settimeout(2)
+                try:
+                    first = connection.recv(512).decode(errors="replace").split("\r\n")[0]
+                except OSError:
+                    first = "?"
+                self.requests.append(first)
+
+    def the_pages(self):
+        """Requests not Chromium's own: (method, host) of each."""
+        found = []
+        for line in self.requests:
+            parts = line.split()
+            target = parts[1] if len(parts) > 1 else line
+            host = re.sub(r"^\w+://", "", target).split("/")[0].split(":")[0]
+            if not CHROMIUMS_OWN.search(host):
+                found.append(line)
+        return found
+
+    def close(self):
+        self.socket.close()
+
+
+class Tables(HTMLParser):
+    """Every <table> of a page: its attributes and rows of (text, data-value) cells."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self._cell = [], None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "table":
+            self.tables.append({"attrs": attrs, "rows": []})
+        elif tag == "tr" and self.tables:
+            self.tables[-1]["rows"].append([])
+        elif tag in ("td", "th") and self.tables:
+            self._cell = ["", attrs.get("data-value")]
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell[0] += data
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.tables[-1]["rows"][-1].append((self._cell[0].strip(), self._cell[1]))
+            self._cell = None
+
+
+def browse(page, tmp_path):
+    """(the DOM Chromium built, its console lines, the page's requests, the screenshot)."""
+    browser, proxy = chromium(), Proxy()
+    common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+              f"--proxy-server=http://127.0.0.1:{proxy.port}", "--proxy-bypass-list=<-loopback>",
+              "--enable-logging=stderr", "--v=0", "--no-first-run",
+              "--window-size=1280,2400", "--virtual-time-budget=3000"]
+    url = f"file://{page}"
+    try:
+        dom = subprocess.run(common + ["--dump-dom", url], capture_output=True, text=True,
+                             timeout=120)
+        shot = tmp_path / f"{page.stem}.png"
+        screen = subprocess.run(common + [f"--screenshot={shot}", url], capture_output=True,
+                                text=True, timeout=120)
+    finally:
+        proxy.close()
+    console = [line for line in (dom.stderr + screen.stderr).splitlines()
+               if ":CONSOLE" in line]
+    assert dom.returncode == 0 and screen.returncode == 0, dom.stderr[-2000:]
+    return dom.stdout, console, proxy.the_pages(), shot
+
+
+def not_blank(png):
+    import matplotlib.image
+    pixels = matplotlib.image.imread(str(png))
+    assert pixels.shape[0] > 100 and pixels.shape[1] > 100
+    return float(pixels.std()) > 0.05 and (pixels < 0.5).mean() > 0.005  # ink, not a white page
+
+
+def html(*paths, output):
+    return subprocess.run([sys.executable, "report.py", "html", *map(str, paths), "-o",
+                           str(output)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def opened(page, tmp_path):
+    """Open `page`; the checks every page passes; its tables."""
+    dom, console, requests, shot = browse(page, tmp_path)
+    assert console == [], console
+    assert requests == [], requests
+    assert not_blank(shot), shot
+    parser = Tables()
+    parser.feed(dom)
+    return dom, parser.tables
+
+
+def final_records(path):
+    sys.path.insert(0, str(ROOT))
+    from commbench import results
+    _, records = results.read(str(path))
+    return results.final(records)
+
+
+def results_of(path):
+    """{op: {size: duration}} from the results file's final records."""
+    figures = {}
+    for record in final_records(path):
+        figures.setdefault(record["op"], {})[record["size_bytes"]] = record["duration_s"]
+    return figures
+
+
+def shown_in_order(tables):
+    """[(op key, {size: duration})] of the page's result tables, in page order (their
+    data-value cells: the figures in full)."""
+    found = []
+    for table in tables:
+        if table["attrs"].get("class") != "results":
+            continue
+        heads = [text for text, _ in table["rows"][0]]
+        size, duration = heads.index("Size"), heads.index("Duration")
+        found.append((table["attrs"]["data-op"], {int(row[size][1]): float(row[duration][1])
+                                                  for row in table["rows"][1:]}))
+    return found
+
+
+def shown(tables):
+    return dict(shown_in_order(tables))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("html-runs")
+    made = {}
+    for name, args in (("gloo", ["--backend=gloo", "--check", "--stats", "--repeat=3"]),
+                       ("ccl", ["--backend=ccl", "--repeat=3"]),
+                       ("groups", ["--backend=gloo", "--groups=world,intra"])):
+        path = folder / f"{name}.jsonl"
+        result = launch("run_all.py", "--scan", "--maxsize=12", "--trials=5", "--dist=torch",
+                        *args, f"--output={path}", nproc=2)
+        assert result.returncode == 0, result
+        made[name] = path
+    path = folder / "strategies.jsonl"
+    result = launch("parallel_bench.py", "--strategy=ddp,zero1,pp", "--steps=1", "--warmup=0",
+                    "--hidden=32", "--layers=2", "--heads=2", "--vocab=64", "--seq=8",
+                    "--micro-batch=2", "--micro-batches=2", f"--output={path}", nproc=2)
+    assert result.returncode == 0, result
+    made["strategies"] = path
+    return made
+
+
+def test_the_checks_catch_what_they_look_for(tmp_path):
+    """A page that asks the network for an image and writes to the console: both seen."""
+    page = tmp_path / "control.html"
+    page.write_text('<!DOCTYPE html><html><body><p>control</p>'
+                    '<img src="http://example.invalid/x.png">'
+                    '<script>console.error("written")</script></body></html>')
+    _, console, requests, shot = browse(page, tmp_path)
+    assert any('"written"' in line for line in console), console
+    assert any("example.invalid" in line for line in requests), requests
+    blank = tmp_path / "blank.html"
+    blank.write_text("<!DOCTYPE html><html><body></body></html>")
+    assert not not_blank(browse(blank, tmp_path)[3])
+
+
+def test_one_run(runs, tmp_path):
+    page = tmp_path / "one.html"
+    made = html(runs["gloo"], output=page)
+    assert made.returncode == 0, made.stderr
+    assert re.search(rf"wrote {re.escape(str(page))} \(\d+ KiB\)", made.stderr)
+    dom, tables = opened(page, tmp_path)
+    assert shown(tables) == results_of(runs["gloo"])  # every op, size and duration
+    assert set(shown(tables)) == {"all_reduce", "all_gather", "all_to_all", "reduce_scatter",
+                                  "pt2pt", "broadcast"}
+    heads = [text for text, _ in tables[2]["rows"][0]]  # the first op's table
+    for column in ("95% interval", "Median", "P99", "Slowest rank", "Wrong"):
+        assert column in heads, heads
+    for what in ("run_all.py --scan", "torch.distributed", "gloo, cpu", "2 ranks on 1 host",
+                 "How to read it", "BusBW"):
+        assert what in dom, what
+    assert dom.count("<svg") == 1  # the curves, text as text
+    assert "<script" not in open(page).read()
+
+
+def test_two_runs_show_the_verdicts(runs, tmp_path):
+    page = tmp_path / "two.html"
+    made = html(runs["gloo"], runs["ccl"], output=page)
+    assert made.returncode == 0, made.stderr
+    dom, tables = opened(page, tmp_path)
+    compared = [t for t in tables if t["attrs"].get("class") == "compare"]
+    assert {t["attrs"]["data-op"] for t in compared} == set(results_of(runs["gloo"]))
+    assert dom.count('class="verdict"') >= 6
+    assert re.search(r"all_reduce: torch\.distributed ccl n=2: .*messages", dom)
+    assert "95% interval of B/A" in dom
+    gloo, ccl = results_of(runs["gloo"]), results_of(runs["ccl"])
+    for table in compared:
+        op = table["attrs"]["data-op"]
+        for row in table["rows"][1:]:
+            size = int(row[0][1])
+            assert float(row[1][1]) == gloo[op][size] and float(row[2][1]) == ccl[op][size]
+    sections = shown_in_order(tables)
+    assert dict(sections[:6]) == gloo and dict(sections[6:]) == ccl
+    assert dom.count("<svg") == 1  # both runs' curves overlaid in one figure
+
+
+def test_a_run_with_groups(runs, tmp_path):
+    page = tmp_path / "groups.html"
+    made = html(runs["groups"], output=page)
+    assert made.returncode == 0, made.stderr
+    dom, tables = opened(page, tmp_path)
+    assert "Layouts side by side" in dom
+    layouts = [t for t in tables if t["attrs"].get("class") == "layouts"]
+    assert layouts and all("intra duration" in [c for c, _ in t["rows"][0]] for t in layouts)
+    page_figures = sorted((size, duration) for _, figures in shown_in_order(tables)
+                          for size, duration in figures.items())
+    file_figures = sorted((r["size_bytes"], r["duration_s"]) for r in final_records(runs["groups"]))
+    assert page_figures == file_figures  # the world's and the intra layout's, each
+    assert {"all_reduce", "all_reduce intra"} <= set(shown(tables))
+
+
+def test_a_strategies_run(runs, tmp_path):
+    page = tmp_path / "strategies.html"
+    made = html(runs["strategies"], output=page)
+    assert made.returncode == 0, made.stderr
+    dom, tables = opened(page, tmp_path)
+    table = next(t for t in tables if t["attrs"].get("data-op") == "strategies")
+    assert [row[0][0] for row in table["rows"][1:]] == ["ddp", "zero1", "pp"]
+    import json
+    records = [json.loads(line) for line in open(runs["strategies"])][1:]
+    for row, record in zip(table["rows"][1:], records):
+        assert float(row[1][1]) == record["step_time_s"]["median"]
+    assert "parallel_bench.py" in dom
+
+
+@pytest.mark.parametrize("content", ["", "{\"type\": \"meta\", \"ops\": [\"all_reduce\"]}\n",
+                                     "{not json\n", None])
+def test_a_broken_input_is_one_line_and_nothing_left(tmp_path, content):
+    source = tmp_path / "broken.jsonl"
+    if content is not None:
+        source.write_text(content)
+    page = tmp_path / "out" / "report.html"
+    page.parent.mkdir()
+    made = html(source, output=page)
+    assert made.returncode == 1, made
+    lines = made.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("report.py: error: "), made.stderr
+    assert "Traceback" not in made.stderr
+    assert list(page.parent.iterdir()) == []
