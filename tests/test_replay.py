@@ -151,6 +151,14 @@ def test_a_job_recording_itself_replays_and_two_replays_compare(tmp_path, nproc)
                      compared.stdout), compared.stdout
     assert re.search(r"the pass: .*calls marked slower in B: \d+, faster: \d+, of "
                      rf"{sum(1 for c in calls if c['op'] != 'wait')}", compared.stdout)
+    page = tmp_path / "replays.html"  # report.py html of replays: their tables, the prediction
+    made = subprocess.run([sys.executable, "report.py", "html", *map(str, outputs), "-o",
+                           str(page)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    text = page.read_text()
+    assert text.count("the job against the replay") == len(outputs)
+    total = records(outputs[0])[-1]["prediction"]["total"]
+    assert f'data-value="{total["job_s"]!r}"' in text
     dry = subprocess.run([sys.executable, "replay.py", str(trace), "--dry-run"], cwd=ROOT,
                          env=base_env(), capture_output=True, text=True, timeout=60)
     assert dry.returncode == 0, dry.stderr

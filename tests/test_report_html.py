@@ -280,6 +280,25 @@ def test_a_strategies_run(runs, tmp_path):
     assert "parallel_bench.py" in dom
 
 
+def test_pages_of_saved_output_and_overlap_runs(tmp_path):
+    """No browser: nccl-tests' text (what it printed) and an --overlap run (its column)."""
+    fixtures = ROOT / "tests" / "fixtures"
+    page = tmp_path / "fixtures.html"
+    made = html(fixtures / "all_reduce_perf.txt", fixtures / "all_reduce_overlap.jsonl",
+                output=page)
+    assert made.returncode == 0, made.stderr
+    parser = Tables()
+    parser.feed(page.read_text())
+    overlap = [t for t in parser.tables if t["attrs"].get("class") == "results"
+               and "Overlap %" in [text for text, _ in t["rows"][0]]]
+    assert overlap, "the --overlap run's column"
+    records = final_records(fixtures / "all_reduce_overlap.jsonl")
+    column = [text for text, _ in overlap[0]["rows"][0]].index("Overlap %")
+    assert [float(row[column][1]) for row in overlap[0]["rows"][1:]] == \
+        [r["overlap"]["overlap_pct"] for r in sorted(records, key=lambda r: r["size_bytes"])]
+    assert "The runs compared" in page.read_text()  # nccl-tests against the suite's run
+
+
 @pytest.mark.parametrize("content", ["", "{\"type\": \"meta\", \"ops\": [\"all_reduce\"]}\n",
                                      "{not json\n", None])
 def test_a_broken_input_is_one_line_and_nothing_left(tmp_path, content):
