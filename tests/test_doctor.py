@@ -143,6 +143,13 @@ def test_a_slow_host_is_named_and_only_it(hosts, tmp_path):
                               str(tmp_path / "p.png")], cwd=ROOT, env=base_env(),
                              capture_output=True, text=True, timeout=120)
     assert plotted.returncode == 0, plotted.stderr
+    page = tmp_path / "doctor.html"  # report.py html: the heatmaps and the finding on the page
+    made = subprocess.run([sys.executable, "report.py", "html", str(output), "-o", str(page)],
+                          cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    text = page.read_text()
+    assert text.count("<svg") == 1 and "latency one way (us)" in text
+    assert f"suspect host {name}3: its links" in text and "1 finding(s)" in text
 
 
 @serial

@@ -246,10 +246,14 @@ def doctor_section(path):
     if len(meta.get("hosts") or []) >= 2 and pairs:
         figure = svg(lambda out: doctor.heatmap(path, out))
     verdict = []
-    for key in ("verdict", "suspect_hosts", "suspect_links", "unreachable", "exit_status"):
-        if final and final.get(key) not in (None, []):
-            verdict.append((key.replace("_", " "), json.dumps(final[key])
-                            if not isinstance(final[key], str) else final[key]))
+    if final is None:
+        verdict.append(("verdict", "none: the check ended before its verdict"))
+    else:
+        verdict.append(("verdict", "healthy: nothing out of line" if final.get("healthy")
+                        else f"{len(final.get('findings') or [])} finding(s)"))
+        verdict += [("finding", line) for line in final.get("findings") or []]
+        verdict += [("cleared by a retest", json.dumps(item)) for item in
+                    final.get("cleared") or []]
     return {"kind": "doctor", "path": path, "title": f"doctor.py: {len(meta.get('hosts') or [])} "
             "hosts", "what": what_ran(meta), "verdict": verdict, "figure": figure}
 
