@@ -40,11 +40,11 @@ ROW_LINE = re.compile(r"^\S")
 LONGEST_FIRST = ("test_property.py", "test_sweeps_and_ops.py", "test_mpi_slurm.py",
                  "test_launchers.py", "test_memory.py", "test_output_stats.py",
                  "test_hardening.py", "test_io_faults.py", "test_check.py",
-                 "test_parallel_bench.py", "test_replay.py", "test_groups.py",
-                 "test_docs_examples.py",
-                 "test_gpu_check.py", "test_errors.py", "test_many_hosts_mpi.py",
-                 "test_after_a_kill.py", "test_ccl.py", "test_torch_alone.py",
-                 "test_scan.py", "test_first_hour.py", "test_many_hosts.py")
+                 "test_parallel_bench.py", "test_replay.py", "test_report_html.py",
+                 "test_groups.py", "test_docs_examples.py", "test_gpu_check.py",
+                 "test_errors.py", "test_many_hosts_mpi.py", "test_after_a_kill.py",
+                 "test_ccl.py", "test_torch_alone.py", "test_scan.py", "test_first_hour.py",
+                 "test_many_hosts.py")
 
 
 def pytest_collection_modifyitems(items):
