@@ -156,7 +156,7 @@ def test_a_job_recording_itself_replays_and_two_replays_compare(tmp_path, nproc)
                            str(page)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr
     text = page.read_text()
-    assert text.count("the job against the replay") == len(outputs)
+    assert text.count("<h3>the job against the replay</h3>") == len(outputs)
     total = records(outputs[0])[-1]["prediction"]["total"]
     assert f'data-value="{total["job_s"]!r}"' in text
     dry = subprocess.run([sys.executable, "replay.py", str(trace), "--dry-run"], cwd=ROOT,
