@@ -99,6 +99,7 @@ def read(directory):
     readers = {"commbench": _read_commbench, "execution-trace": etrace.read,
                "param-basic": param.read}
     trace = readers[kind](documents, files, world_size)
+    trace.directory = directory
     for rank, calls in trace.ranks.items():
         validate(calls, rank, trace.world_size, files[rank])
     return trace

@@ -143,6 +143,7 @@ class Trace:
     source: str = None  # what recorded it (a command line, a file name)
     notes: list = field(default_factory=list)
     steps: int = None  # the job's steps the trace holds, where it knows
+    directory: str = None  # where it was read from
     # rank -> seconds to add to its calls' start_s for one clock shared by the ranks (the
     # recorder's start on the wall clock); absent: start_s is on a shared clock already
     clocks: dict = field(default_factory=dict)

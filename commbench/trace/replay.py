@@ -86,7 +86,7 @@ def load(args):
 def describe(trace):
     """The trace in lines: its format, ranks, calls, groups, totals per kind."""
     counts = {rank: sum(1 for c in calls if c.op != "wait") for rank, calls in trace.ranks.items()}
-    lines = [f"trace {os.path.abspath(trace_dir_name(trace))}: {FORMAT_NAMES[trace.format]}, "
+    lines = [f"trace {os.path.abspath(trace.directory)}: {FORMAT_NAMES[trace.format]}, "
              f"{trace.world_size} ranks, {sum(counts.values())} calls "
              f"({min(counts.values())}-{max(counts.values())} per rank)"
              + (f", {trace.steps} step{'s' if trace.steps != 1 else ''}" if trace.steps else "")
@@ -97,10 +97,6 @@ def describe(trace):
                   (" ..." if len(groups) > 8 else "") if groups else ""))
     lines += [f"note: {text}" for text in trace.notes]
     return lines
-
-
-def trace_dir_name(trace):
-    return getattr(trace, "directory", "")
 
 
 def totals_lines(trace):
@@ -121,7 +117,6 @@ def totals_lines(trace):
 
 def dry_run(args):
     trace = load(args)
-    trace.directory = args.trace
     for line in describe(trace) + totals_lines(trace):
         print(line)
     need = max(bytes_in_flight(calls) for calls in trace.ranks.values())
@@ -219,7 +214,6 @@ def run(args):
     warnings.filterwarnings("ignore", message=r"`torch\.distributed\.\w+` is deprecated",
                             category=FutureWarning)
     trace = load(args)
-    trace.directory = args.trace
     check_world(trace, args)
     comm = init_comm(args.local_rank, comm_args(args))
     rank = comm.global_rank
