@@ -26,7 +26,7 @@ from ..launch import discover_launch_env
 from ..memory import per_rank_memory
 from ..numbers import float_in, int_at_least
 from ..results import free_path
-from ..table import convert_size, note, print_rank_0
+from ..table import convert_size, emit, note, output_failure, print_rank_0
 from . import agree, summary
 from .engine import Replayer, bytes_in_flight
 from .formats import FORMAT_NAMES, read
@@ -117,11 +117,15 @@ def totals_lines(trace):
 
 def dry_run(args):
     trace = load(args)
-    for line in describe(trace) + totals_lines(trace):
-        print(line)
     need = max(bytes_in_flight(calls) for calls in trace.ranks.values())
-    print(f"the most a rank holds at once: {convert_size(need)}; the ranks' sequences agree; "
-          "nothing was sent (--dry-run)")
+    lines = describe(trace) + totals_lines(trace) + [
+        f"the most a rank holds at once: {convert_size(need)}; the ranks' sequences agree; "
+        "nothing was sent (--dry-run)"]
+    for line in lines:
+        try:
+            emit(sys.stdout, line)
+        except OSError as error:  # `| head`: quiet; a full disk: one line
+            raise output_failure(error, sys.stdout, "the dry run") from None
 
 
 # --------------------------------------------------------------------------------- the run
