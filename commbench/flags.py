@@ -6,6 +6,8 @@ and an unknown one gets a "did you mean". Standard library only."""
 import argparse
 import difflib
 
+from .errors import UsageError
+
 
 class Parser(argparse.ArgumentParser):
     """argparse without abbreviations; usage errors go through `error`, which each command line
@@ -20,6 +22,14 @@ class Parser(argparse.ArgumentParser):
         if extra:
             self.error(unrecognized(self, extra))
         return namespace
+
+
+class UsageParser(Parser):
+    """The parser of a script run on ranks (parallel_bench.py, doctor.py, replay.py): a usage
+    error is a UsageError, which the entry point makes one line and exit status 2."""
+
+    def error(self, message):
+        raise UsageError(f"{message} (see --help)")
 
 
 def _options(parser):

@@ -22,18 +22,13 @@ from ..cli import add_rank_flags
 from ..comm import init_comm
 from ..harness import open_results
 from ..errors import UsageError
-from ..flags import Parser
+from ..flags import UsageParser
 from ..numbers import byte_count, float_in, int_at_least
 from ..table import emit, note
 from . import measure, render, schedule, verdict
 from .control import Control
 
 DEFAULT_MIN_FRACTION = 0.5
-
-
-class _Parser(Parser):
-    def error(self, message):
-        raise UsageError(f"{message} (see --help)")
 
 
 def _fraction(text):
@@ -57,7 +52,7 @@ def _floor(text):
 
 
 def parser():
-    p = _Parser(prog="doctor.py",
+    p = UsageParser(prog="doctor.py",
                 description="Check a cluster's hosts and links: each host's ranks among "
                             "themselves, every pair of hosts both ways, a verdict naming the "
                             "slow or broken host or link. Exit 0 healthy, 1 anything suspect "

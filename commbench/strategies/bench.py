@@ -24,7 +24,7 @@ import torch.distributed
 
 from ..comm import init_comm
 from ..errors import BenchmarkError, UsageError
-from ..flags import Parser
+from ..flags import UsageParser
 from ..guard import agree_to_go_on
 from ..harness import exit_without_finalising, guarded
 from ..memory import read_field
@@ -37,11 +37,6 @@ from .output import open_output, report
 from .train import ORDER, STRATEGIES, import_deepspeed, optimizer_config
 
 # ------------------------------------------------------------------------------------- flags
-
-class _Parser(Parser):
-    def error(self, message):
-        raise UsageError(f"{message} (see --help)")
-
 
 _positive = int_at_least(1)
 _at_least_zero = int_at_least(0, exponent=True)
@@ -64,7 +59,7 @@ def strategy_list(text):
 
 
 def parser():
-    p = _Parser(prog="parallel_bench.py",
+    p = UsageParser(prog="parallel_bench.py",
                 description="Train a small decoder-only transformer with each parallel strategy "
                             "and measure step time, memory and the communication of a step.")
     p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,

@@ -19,8 +19,8 @@ import torch.distributed
 
 import constants
 from ..comm import init_comm
-from ..errors import BenchmarkError, UsageError
-from ..flags import Parser
+from ..errors import BenchmarkError
+from ..flags import UsageParser
 from ..guard import agree_to_go_on
 from ..launch import discover_launch_env
 from ..memory import per_rank_memory
@@ -33,13 +33,8 @@ from .formats import FORMAT_NAMES, read
 from .model import KINDS, TraceError
 
 
-class _Parser(Parser):
-    def error(self, message):
-        raise UsageError(f"{message} (see --help)")
-
-
 def parser():
-    p = _Parser(prog="replay.py",
+    p = UsageParser(prog="replay.py",
                 description="Replay a recorded job's communication: the same collectives, "
                             "sizes, groups and order, timed; how close to the job it came.")
     p.add_argument("trace", metavar="TRACE_DIR",

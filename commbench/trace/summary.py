@@ -9,7 +9,6 @@ bytes of a call (what BusBW divides): all_reduce 2(g-1)/g of its bytes, all_gath
 reduce_scatter (g-1)/g of the whole buffer, all_to_all the bytes to other ranks, gather and
 scatter (g-1)/g of the whole, broadcast, reduce and point-to-point their bytes."""
 
-import math
 import statistics
 
 from ..table import convert_size
@@ -260,7 +259,3 @@ def pass_line(figures, repeat, steps):
         line += f"; per step {_seconds(figures['per_step_s'])} over {steps} step" + \
                 ("s" if steps != 1 else "")
     return line
-
-
-def is_finite(number):
-    return number is not None and not (isinstance(number, float) and math.isnan(number))
