@@ -186,7 +186,9 @@ def test_an_execution_trace_of_a_plain_script_replays(tmp_path):
                     ("reduce_scatter", "float32", 2000, 1000),
                     ("all_to_all", "float32", 16, 16), ("all_to_all", "float32", 6, 6),
                     ("send", "bfloat16", 10, 0), ("barrier", None, 0, 0)], mine
-    assert "group" in result.stderr  # what the replay assumes of an execution trace, said
+    # what the replay assumes of an execution trace, said before the run
+    assert "it does not say which group a call used, nor its reduction" in result.stderr
+    assert "waited for before the first later operator that touches its tensors" in result.stderr
 
 
 def param_trace(directory, world_size=3, broken=None):
