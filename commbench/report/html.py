@@ -26,7 +26,7 @@ import time
 from .. import results
 from . import compare as comparing
 from . import doctor, replays
-from .runs import ReportError, bandwidth, bandwidth_label, load_run, op_order
+from .runs import ReportError, bandwidth, bandwidth_label, load_run, op_order, record_key
 
 TEMPLATE = os.path.join(os.path.dirname(__file__), "report.html.j2")
 
@@ -158,7 +158,7 @@ def op_tables(meta, records, run):
     tables = {}
     keys = {}
     for record in records:
-        key = comparing_key(record, run)
+        key = record_key(record, run is not None and run.dtype is None)
         keys.setdefault(key, []).append(record)
     for key in op_order(keys):
         heads = ["Size", "Description", "Duration"] + (["95% interval"] if interval else []) + \
@@ -189,14 +189,6 @@ def op_tables(meta, records, run):
             rows.append(row)
         tables[key] = {"heads": heads, "rows": rows}
     return tables
-
-
-def comparing_key(record, run):
-    """The op key load_run gives a record (op, dtype where a run has several, layout)."""
-    from .runs import _variant, layout_key
-    several = run is not None and run.dtype is None
-    key = f"{record['op']} {record['dtype']}" if several and record.get("dtype") else record["op"]
-    return layout_key(key, record.get("groups"), record.get("aggregate")) + _variant(record)
 
 
 def warnings_of(meta, records):

@@ -123,8 +123,7 @@ def _from_results(path):
                   next(iter(dtypes)) if len(dtypes) == 1 else None,
                   bw_unit=(meta or {}).get("bw_unit") or "Gbps")
         for r in records:
-            key = r["op"] if len(dtypes) < 2 or not r.get("dtype") else f"{r['op']} {r['dtype']}"
-            key = layout_key(key, r.get("groups"), r.get("aggregate")) + _variant(r)
+            key = record_key(r, len(dtypes) > 1)
             busbw = r["busbw_Bps"]  # None: an op without payload (barrier)
             measured = Measurement(r["size_bytes"], float(r["duration_s"]),
                                    0.0 if busbw is None else float(busbw))
@@ -142,6 +141,14 @@ def _from_results(path):
     except OSError as error:
         raise ReportError(f"cannot read {path}: {error.strerror}") from None
     return run
+
+
+def record_key(record, several_dtypes):
+    """The op key of a results record in a Run: its op (and dtype, in a run of several), its
+    --groups layout, its pt2pt variant."""
+    key = f"{record['op']} {record['dtype']}" if several_dtypes and record.get("dtype") \
+        else record["op"]
+    return layout_key(key, record.get("groups"), record.get("aggregate")) + _variant(record)
 
 
 def layout_key(key, kind, aggregate=False):
