@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, base_env, free_port, launch
+from support import ROOT, base_env, free_port, launch
 
 # Run alone (make test's second part): a lock in the build directory every run of the suite loads
 # from, and /dev/shm's leftovers, are the machine's, not the test's. The killed build works in a

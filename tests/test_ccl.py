@@ -5,7 +5,7 @@ exit of a finished run; and one line where the bindings or oneCCL's headers are 
 
 `make test` installs the bindings first (make ccl) and CI sets COMMBENCH_REQUIRE_CCL=1, so
 there a missing ccl backend fails these tests; in a venv without the bindings (pytest by hand)
-they are skipped. The suite's other tests mean gloo and say so (conftest's launch()).
+they are skipped. The suite's other tests mean gloo and say so (support's launch()).
 """
 
 import json
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (BIN, ROOT, Run, assert_no_traceback, base_env, free_port, launch_ranks,
+from support import (BIN, ROOT, Run, assert_no_traceback, base_env, free_port, launch_ranks,
                       launcher_command, parse_tables, require_launcher)
 from formulas import OPS
 
@@ -60,7 +60,7 @@ def no_bindings(tmp_path):
 
 def start(script, *args, nproc=2, launcher="ranks", env=None, timeout=300):
     """Run `script` as given, no flag added (the backend is what the suite detects unless
-    args say): conftest's launchers and parser (ranks: each rank started by hand with
+    args say): support's launchers and parser (ranks: each rank started by hand with
     torchrun's environment)."""
     port = free_port()
     arguments = [script] + [str(a) for a in args]

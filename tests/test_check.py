@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import assert_no_traceback
+from support import assert_no_traceback
 
 from formulas import expected_ops
 

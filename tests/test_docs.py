@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, base_env
+from support import ROOT, base_env
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^\s*```(\w*)\s*$")

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, base_env, require_root
+from support import ROOT, base_env, require_root
 
 # The examples on simulated hosts run alone (make test's second part): their names and addresses
 # are the machine's, and doctor.py's verdict judges latency. The others are plain local runs, whose

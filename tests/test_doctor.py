@@ -10,7 +10,7 @@ import time
 import pytest
 
 from commbench import results
-from conftest import BIN, ROOT, SIM_HOSTS, base_env, free_port, launch
+from support import BIN, ROOT, SIM_HOSTS, base_env, free_port, launch
 
 # Run alone (make test's second part): the verdict judges latency and bandwidth: other tests' load
 # would be its noise.

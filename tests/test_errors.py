@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import ROOT
+from support import ROOT
 
 
 def assert_one_error_line(result, status, text):

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from conftest import ROOT, launch
+from support import ROOT, launch
 
 # The file: a descriptor and the original's two entry points, as docs/extending.md shows.
 OP_SCRIPT = '''"""all_reduce_max: every rank ends with the element-wise MAX over ranks, in place."""

@@ -14,7 +14,7 @@ import pytest
 from commbench import results
 from commbench.report import buckets, strategy
 from commbench.report.runs import Measurement
-from conftest import ROOT, base_env, launch
+from support import ROOT, base_env, launch
 from test_overlap_buckets import FIXTURE, MIB, exposed_model, fixture_curve, table_rows
 
 PYTHON = sys.executable

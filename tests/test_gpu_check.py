@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, base_env, free_port, memory_cgroup
+from support import ROOT, base_env, free_port, memory_cgroup
 
 SCRIPT = ROOT / "scripts" / "gpu-check.sh"
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, parse_tables
+from support import ROOT, parse_tables
 from test_many_hosts import across
 
 from commbench.errors import UsageError

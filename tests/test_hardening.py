@@ -9,7 +9,7 @@ import time
 import pytest
 
 from commbench import results
-from conftest import ROOT, assert_no_traceback, base_env, free_port, launcher_command
+from support import ROOT, assert_no_traceback, base_env, free_port, launcher_command
 from test_output_stats import kill_tree
 
 

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from conftest import ROOT, base_env, free_port, launcher_command, parse_tables, require_launcher
+from support import ROOT, base_env, free_port, launcher_command, parse_tables, require_launcher
 from commbench import results
 
 START_NOTE = re.compile(r"^commbench: (torch|deepspeed) \((torch\.distributed|deepspeed\.comm)\), ")

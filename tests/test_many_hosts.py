@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, ROOT, SIM_HOSTS as SCRIPT, base_env, free_port, parse_tables
+from support import BIN, ROOT, SIM_HOSTS as SCRIPT, base_env, free_port, parse_tables
 
 
 def across(name, subnet, count, nproc, *args, timeout=240):

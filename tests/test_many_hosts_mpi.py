@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import SIM_HOSTS as SCRIPT, BIN, OPEN_MPI, ROOT, base_env, parse_tables
+from support import SIM_HOSTS as SCRIPT, BIN, OPEN_MPI, ROOT, base_env, parse_tables
 
 SSH = ROOT / "scripts" / "sim-ssh"
 OPS = ["all_reduce", "all_gather", "all_to_all", "reduce_scatter", "pt2pt", "broadcast"]

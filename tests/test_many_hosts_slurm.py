@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SIM_HOSTS as SCRIPT, ROOT, base_env, parse_tables
+from support import SIM_HOSTS as SCRIPT, ROOT, base_env, parse_tables
 
 SLURM_SCRIPT = ROOT / "scripts" / "sim-slurm.sh"
 STATE_ROOT = Path(os.environ.get("COMMBENCH_HOSTS_DIR", "/tmp/commbench-hosts"))

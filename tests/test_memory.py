@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (MIB, PLAN, ROOT, assert_no_traceback, base_env, launch, memory_cgroup,
+from support import (MIB, PLAN, ROOT, assert_no_traceback, base_env, launch, memory_cgroup,
                       parse_tables)
 from formulas import CPU_FOOTPRINT, expected_ops
 

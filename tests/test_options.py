@@ -72,7 +72,7 @@ def test_out_of_memory_ends_the_op_cleanly():
     import subprocess
     import sys
 
-    from conftest import ROOT, base_env, free_port, parse_tables
+    from support import ROOT, base_env, free_port, parse_tables
 
     def cap():
         resource.setrlimit(resource.RLIMIT_AS, (2_500_000_000, 2_500_000_000))

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from commbench import results
-from conftest import ROOT, base_env, free_port, launcher_command, parse_tables
+from support import ROOT, base_env, free_port, launcher_command, parse_tables
 
 SI_FIELDS = ("size_bytes", "numel", "duration_s", "throughput_Bps", "busbw_Bps")
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, assert_no_traceback, launch
+from support import ROOT, assert_no_traceback, launch
 
 
 OVERLAP_COLUMNS = ["Comm (us)", "Compute (us)", "Overlapped (us)", "Overlap %"]

@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, assert_no_traceback, base_env, free_port, launch
+from support import ROOT, assert_no_traceback, base_env, free_port, launch
 
 STEPS, WARMUP = 4, 1
 TINY = dict(hidden=64, layers=3, heads=4, vocab=256, seq=16, micro_batch=4, micro_batches=2)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from commbench import results
-from conftest import ROOT, base_env
+from support import ROOT, base_env
 
 
 def test_overhead_script_quick_mode_parses():

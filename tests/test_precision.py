@@ -10,7 +10,7 @@ import pytest
 
 from commbench import results
 from commbench.numbers import t975
-from conftest import launch
+from support import launch
 from test_errors import assert_one_error_line
 
 

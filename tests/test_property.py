@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commbench import results
-from conftest import MIB, ROOT, base_env, free_port, memory_cgroup, parse_tables
+from support import MIB, ROOT, base_env, free_port, memory_cgroup, parse_tables
 from formulas import OPS
 
 SCRIPTS = [f"{op}.py" for op in OPS] + ["run_all.py", "run_all.py"]
@@ -258,7 +258,7 @@ def _small_disk(folder):
 
 def _stale_lock():
     """The lock a killed build of DeepSpeed's shm op leaves, in the build directory the ranks
-    use (the venv's, conftest.base_env): a file nobody holds."""
+    use (the venv's, support.base_env): a file nobody holds."""
     directory = Path(base_env()["TORCH_EXTENSIONS_DIR"]) / "deepspeed_shm_comm"
     directory.mkdir(parents=True, exist_ok=True)
     lock = directory / "lock"

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import assert_no_traceback, launch
+from support import assert_no_traceback, launch
 
 # Run alone (make test's second part): two runs of one command must meet the same machine.
 pytestmark = pytest.mark.serial

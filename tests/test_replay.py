@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, assert_no_traceback, base_env, free_port, launch
+from support import ROOT, assert_no_traceback, base_env, free_port, launch
 
 DATA = ROOT / "tests" / "data"
 SHAPE = ("op", "dtype", "in_numel", "out_numel", "group", "root", "peer", "in_split",

@@ -9,7 +9,7 @@ import pytest
 
 from commbench import results
 from commbench.report import compare
-from conftest import ROOT
+from support import ROOT
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

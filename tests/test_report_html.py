@@ -14,7 +14,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from conftest import ROOT, launch
+from support import ROOT, launch
 
 # Chromium's own background requests (its clock, component updates, sign-in) go through the
 # proxy too; they are Google's hosts, never the page's.

@@ -6,7 +6,7 @@ import sys
 
 from commbench.report.plot import plot
 from commbench.report.runs import load_run
-from conftest import ROOT
+from support import ROOT
 from test_report_compare import FIXTURES
 
 

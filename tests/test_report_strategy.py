@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from commbench.report import runs, strategy
-from conftest import ROOT
+from support import ROOT
 
 P, N = 1e9, 8
 
@@ -98,7 +98,7 @@ def test_beyond_the_largest_is_extrapolated_at_its_bandwidth():
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
-    from conftest import launch
+    from support import launch
     path = tmp_path_factory.mktemp("strategy") / "scan.jsonl"
     result = launch("run_all.py", "--scan", "--maxsize=16", "--trials=3", "--dist=torch",
                     f"--output={path}", nproc=2)

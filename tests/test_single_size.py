@@ -3,7 +3,7 @@ so that every buffer the op allocates fits (see test_memory.py for runs against 
 
 import pytest
 
-from conftest import PLAN
+from support import PLAN
 from formulas import CPU_FOOTPRINT, expected_ops, planned_single_size, single_size
 
 MEM_FACTOR = 1e-6
@@ -53,7 +53,7 @@ def test_single_size_follows_memory_rule(run, nproc, dist):
 def test_all_gather_single_size_in_half_precision(run):
     """all_gather's rule (mem-factor + 0.2 with the one-tensor API, a power of two per rank) at
     3 ranks, in a 2 GiB memory cgroup (its plan over the host's memory would allocate GBs)."""
-    from conftest import MIB, memory_cgroup
+    from support import MIB, memory_cgroup
     with memory_cgroup(2048 * MIB) as group:
         result = run("all_gather.py", "--raw", "--mem-factor=0.000001", "--dtype=half",
                      "--trials=2", "--dist=torch", nproc=3, preexec_fn=group.enter)

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from support import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures"
 CURVES, RUNS = FIXTURES / "curves_2ranks.jsonl", FIXTURES / "strategies_2ranks.jsonl"

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import ROOT, assert_no_traceback, launch
+from support import ROOT, assert_no_traceback, launch
 from formulas import MORE_OPS, check_bandwidth
 
 KIB = 1024

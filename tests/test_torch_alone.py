@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import BIN, ROOT, base_env, free_port, parse_tables
+from support import BIN, ROOT, base_env, free_port, parse_tables
 
 ALONE = BIN.parent / "torch-alone"
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from conftest import assert_no_traceback, launch
+from support import assert_no_traceback, launch
 
 MATRIX_3 = [[0, 4096, 1024], [400, 0, 40000], [8, 8, 8]]  # bytes, row = sender
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import ROOT, launch, memory_cgroup
+from support import ROOT, launch, memory_cgroup
 from formulas import BUSBW, OPS, THROUGHPUT
 
 # A single-size all_gather plans on (mem_factor + 0.2) of the rank's memory (SPEC §4): a memory
