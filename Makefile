@@ -18,7 +18,9 @@ export PATH := $(abspath $(BIN)):$(PATH)
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt constraints.txt
+# The project goes in editable (pip install -e .[test], requirements.txt): what users install
+# is what the tests run.
+$(VENV)/.installed: requirements.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -c constraints.txt -r requirements.txt
 	touch $@

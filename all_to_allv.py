@@ -1,93 +1,9 @@
 """all_to_allv: rank r sends splits[r][j] elements to rank j (all_to_all_single with split sizes),
 the splits from --a2a-matrix, --a2a-skew or even; Size is the busiest sender's bytes."""
 
-import dataclasses
-import functools
-
-import torch
-
 from commbench import harness
-from commbench.collective import SPLIT, Collective, bound
-from commbench.traffic import Traffic
-
-
-def _bind(traffic, comm, input, output, async_op):
-    splits = traffic.splits(input.numel(), comm.world_size)
-    rank = comm.rank
-    send = splits[rank]
-    receive = [row[rank] for row in splits]
-    return bound(comm.dist.all_to_all_single, output[:sum(receive)], input[:sum(send)], receive,
-                 send, async_op=async_op)
-
-
-def _received(traffic, values, rank, n, numel, index):
-    """Output element i of rank r: from the sender s whose block holds i, its element at the
-    start of what it sends r plus i's place in the block. The output past what r receives is
-    not the op's (an empty tensor there)."""
-    splits = traffic.splits(numel, n)
-    counts = torch.tensor([row[rank] for row in splits], dtype=torch.int64)
-    ends = counts.cumsum(0)
-    index = index[index < int(ends[-1])]
-    sender = torch.searchsorted(ends.to(index.device), index, right=True)
-    starts = (ends - counts).to(index.device)
-    offsets = torch.tensor([sum(row[:rank]) for row in splits], dtype=torch.int64,
-                           device=index.device)
-    return values(sender, offsets[sender] + index - starts[sender])
-
-
-def _largest_received(traffic, numel, n):
-    splits = traffic.splits(numel, n)
-    return max(sum(row[r] for row in splits) for r in range(n))
-
-
-def specialize(args):
-    """The descriptor of this run's splits."""
-    traffic = Traffic.from_args(args)
-
-    def qualifier(n):
-        traffic.check_world(n)
-        weights = traffic.weights(n)
-        received = [sum(row[r] for row in weights) for r in range(n)]
-        if len(set(received)) == 1:
-            return traffic.describe()
-        busiest = max(range(n), key=lambda r: (received[r], -r))
-        return f"{traffic.describe()}, busiest receiver rank {busiest}"
-
-    def record_fields(numel, n, element_size):
-        fields = traffic.record(numel, n, element_size)
-        return {**fields, "busbw_bytes": fields["busiest_bytes_between_ranks"]}
-
-    return dataclasses.replace(
-        ALL_TO_ALLV,
-        bind=functools.partial(_bind, traffic),
-        output_numel=functools.partial(_largest_received, traffic),
-        busbw_factor=traffic.busbw_factor,
-        expected=functools.partial(_received, traffic),
-        specialize=None, qualifier=qualifier, record_fields=record_fields,
-        fixed_numel=(lambda args, element_size: traffic.fixed_numel(element_size))
-        if traffic.file is not None else None)
-
-
-_EVEN = Traffic()
-
-ALL_TO_ALLV = Collective(
-    name="all_to_allv",
-    bind=functools.partial(_bind, _EVEN),
-    output_numel=functools.partial(_largest_received, _EVEN),
-    algbw_factor=lambda n: 1,  # the busiest sender's bytes a second
-    busbw_factor=_EVEN.busbw_factor,  # the busiest rank's bytes to or from the others
-    # sizes as all_to_all's (n x a power of two; bytes rounded down to a multiple of n), so
-    # their tables line up; the single-size plan counts the busiest receiver's output
-    size_rule=SPLIT,
-    expected=functools.partial(_received, _EVEN),
-    specialize=specialize,
-)
-
-
-# The original's entry points: time one size, and run the whole op (SPEC §1).
-timed_all_to_allv = functools.partial(harness.timed_collective, ALL_TO_ALLV)
-run_all_to_allv = functools.partial(harness.run_op, ALL_TO_ALLV)
-
+from commbench.ops.all_to_allv import *  # noqa: F401,F403  (the descriptor, timed_all_to_allv, run_all_to_allv)
+from commbench.ops.all_to_allv import run_all_to_allv
 
 if __name__ == "__main__":
     harness.cli(run_all_to_allv)

@@ -11,26 +11,8 @@ with suspects re-measured against good hosts before they are named. Exit status 
 
 import sys
 
-from commbench import harness  # first: the package silences torch's warning without numpy
-from commbench.doctor import run
-from commbench.errors import UsageError
-from commbench.table import output_failure
-
-
-def main(argv=None):
-    status = 0
-
-    def body():
-        nonlocal status
-        try:
-            args = run.parse(argv)
-        except OSError as error:  # --help into a closed pipe or onto a full disk
-            raise output_failure(error, sys.stdout, "the help") from None
-        except UsageError:
-            raise
-        status = run.main(args.local_rank, args)
-    return harness.guarded(body) or status
-
+from commbench import harness  # noqa: F401  (first: the package silences torch's warning without numpy)
+from commbench.doctor.run import command as main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,43 +1,9 @@
 """gather: rank 0 ends with all ranks' tensors concatenated in rank order; the others receive
 nothing."""
 
-import functools
-
 from commbench import harness
-from commbench.collective import GATHERED, Collective, bound
-
-ROOT = 0
-
-
-def _bind(comm, input, output, async_op):
-    # The root receives into n views of one output tensor (gather has no one-tensor form).
-    gather_list = list(output.chunk(comm.world_size)) if comm.rank == ROOT else None
-    return bound(comm.dist.gather, input, gather_list, ROOT, async_op=async_op)
-
-
-def _expected(values, rank, n, numel, index):
-    """At the root, output position i holds element i mod E of rank i div E."""
-    if rank != ROOT:
-        return None
-    return values(index // numel, index % numel)
-
-
-GATHER = Collective(
-    name="gather",
-    bind=_bind,
-    output_numel=lambda numel, n: n * numel,  # used at the root only; allocated everywhere
-    algbw_factor=lambda n: n,  # nccl-tests: the gathered n·S over t
-    busbw_factor=lambda n: n - 1,  # (nS/t) * (n-1)/n
-    size_rule=GATHERED,
-    staging=lambda n: n,  # gloo gathers into a temporary n-fold output at the root, then copies
-    expected=_expected,
-)
-
-
-# The original's form of entry points: time one size, and run the whole op (SPEC §1).
-timed_gather = functools.partial(harness.timed_collective, GATHER)
-run_gather = functools.partial(harness.run_op, GATHER)
-
+from commbench.ops.gather import *  # noqa: F401,F403  (the descriptor, timed_gather, run_gather)
+from commbench.ops.gather import run_gather
 
 if __name__ == "__main__":
     harness.cli(run_gather)

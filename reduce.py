@@ -1,38 +1,9 @@
 """reduce: rank 0 ends with the element-wise reduction (--op, default SUM) of all ranks' tensors,
 in place; the other ranks' tensors are left undefined."""
 
-import functools
-
 from commbench import harness
-from commbench.collective import WHOLE, Collective, bound
-
-ROOT = 0
-
-
-def _expected(values, rank, n, numel, index):
-    """The root holds the reduction; what the others hold is not defined (not checked)."""
-    if rank != ROOT:
-        return None
-    return values.reduce(values(s, index) for s in range(n))
-
-
-REDUCE = Collective(
-    name="reduce",
-    bind=lambda comm, input, output, async_op: bound(
-        comm.dist.reduce, input, ROOT, *comm.reduce_args, async_op=async_op),
-    output_numel=None,
-    algbw_factor=lambda n: 1,  # nccl-tests: S/t for both
-    busbw_factor=lambda n: 1,
-    size_rule=WHOLE,
-    expected=_expected,
-    reduces=True,
-)
-
-
-# The original's form of entry points: time one size, and run the whole op (SPEC §1).
-timed_reduce = functools.partial(harness.timed_collective, REDUCE)
-run_reduce = functools.partial(harness.run_op, REDUCE)
-
+from commbench.ops.reduce import *  # noqa: F401,F403  (the descriptor, timed_reduce, run_reduce)
+from commbench.ops.reduce import run_reduce
 
 if __name__ == "__main__":
     harness.cli(run_reduce)

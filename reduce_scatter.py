@@ -1,31 +1,9 @@
 """reduce_scatter: the element-wise reduction (--op, default SUM) over ranks, of which rank r keeps
 the r-th of n chunks."""
 
-import functools
-
 from commbench import harness
-from commbench.collective import SPLIT, Collective, bound
-
-REDUCE_SCATTER = Collective(
-    name="reduce_scatter",
-    bind=lambda comm, input, output, async_op: bound(
-        comm.reduce_scatter, output, input, *comm.reduce_args, async_op=async_op),
-    output_numel=lambda numel, n: numel // n,
-    algbw_factor=lambda n: 1,
-    busbw_factor=lambda n: (n - 1) / n,
-    size_rule=SPLIT,
-    staging=lambda n: 1,  # gloo reduces a temporary copy of the whole input
-    # Rank r keeps the reduction of chunk r (E/n elements from r·E/n) of every rank.
-    expected=lambda values, rank, n, numel, index: values.reduce(
-        values(s, rank * (numel // n) + index) for s in range(n)),
-    reduces=True,
-)
-
-
-# The original's entry points: time one size, and run the whole op (SPEC §1).
-timed_reduce_scatter = functools.partial(harness.timed_collective, REDUCE_SCATTER)
-run_reduce_scatter = functools.partial(harness.run_op, REDUCE_SCATTER)
-
+from commbench.ops.reduce_scatter import *  # noqa: F401,F403  (the descriptor, timed_reduce_scatter, run_reduce_scatter)
+from commbench.ops.reduce_scatter import run_reduce_scatter
 
 if __name__ == "__main__":
     harness.cli(run_reduce_scatter)

@@ -13,19 +13,16 @@ package; the process group they use is the one `init_processes` set up.
     get_metric_strings(args, tput, busbw, duration), convert_size(size_bytes)
     sync_all()                                             device sync, then a barrier
 
-`collective(name)` finds the descriptor of a registered op (constants.OPS) in its op script.
+`collective(name)` finds the descriptor of a registered op (constants.OPS) in commbench/ops/.
 """
 
 import argparse
-import importlib
 import sys
 
 # The package first: it silences torch's import-time warning when numpy is absent.
 from commbench import collective as _collective
-from commbench import harness, sizes, table
+from commbench import harness, ops, sizes, table
 from commbench.cli import benchmark_parser
-from commbench.collective import Collective
-from commbench.errors import BenchmarkError
 from commbench.table import convert_size, get_metric_strings
 
 import torch  # noqa: E402  (after the package, see above)
@@ -36,19 +33,9 @@ __all__ = ["benchmark_parser", "init_processes", "get_bw", "max_numel", "print_r
 
 
 def collective(name):
-    """The descriptor (a commbench.collective.Collective) that the op script `name`.py defines."""
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as error:
-        if error.name != name:
-            raise
-        raise BenchmarkError(f"op '{name}' has no op script {name}.py beside run_all.py") from None
-    found = [value for value in vars(module).values()
-             if isinstance(value, Collective) and value.name == name]
-    if len(found) != 1:
-        raise BenchmarkError(f"{name}.py defines {len(found)} Collective named '{name}'; "
-                             "it must define exactly one")
-    return found[0]
+    """The descriptor (a commbench.collective.Collective) of the registered op `name`, from its
+    module commbench/ops/<name>.py."""
+    return ops.descriptor(name)
 
 
 # init_processes(local_rank, args, ops=None): the process group the way `args.dist` says (or

@@ -20,11 +20,19 @@ One module per concern, dependencies running one way (top to bottom):
   results     result files (.jsonl, .csv, .json) as they are written and read
   errors      the one exception type of expected failures
   report/     reading runs back: compare, plot, strategy, buckets
+  ops/        one module per op: its descriptor and the original's timed_<op>, run_<op>
+  defaults    the defaults and the registered ops (OPS), standard library only
+  commands    `python -m commbench COMMAND` and the `commbench` command
 
-`utils.py` at the top is the public face with the original suite's names.
+`utils.py` and `constants.py` at the top of a checkout are the public face with the original
+suite's names; the package imports without them.
 """
 
 import warnings
+
+# The one place of the version: pyproject.toml reads it, `--version` prints it, every results
+# file's meta carries it (versions.commbench).
+__version__ = "0.1.0"
 
 # torch warns at import when numpy is missing; `--dist torch` needs torch alone (numpy is not
 # one of torch's own requirements), so the warning concerns nothing this suite does.

@@ -9,8 +9,7 @@ import sys
 
 import torch
 
-import constants
-
+from . import defaults
 from . import groups as grouping, precision, traffic
 from .dtypes import dtype_list, get_dtype
 from .errors import PROG, UsageError
@@ -35,17 +34,17 @@ class _Parser(Parser):
 
 
 def _maxsize(text):
-    value = int_at_least(constants.MIN_MAXSIZE)(text)
-    if value > constants.MAX_MAXSIZE:
-        raise argparse.ArgumentTypeError(f"must be <= {constants.MAX_MAXSIZE} (2^{value} elements "
+    value = int_at_least(defaults.MIN_MAXSIZE)(text)
+    if value > defaults.MAX_MAXSIZE:
+        raise argparse.ArgumentTypeError(f"must be <= {defaults.MAX_MAXSIZE} (2^{value} elements "
                                          f"fit no memory), got {value}")
     return value
 
 
 def _minsize(text):
     value = int_at_least(1)(text)
-    if value >= constants.MAX_MAXSIZE:
-        raise argparse.ArgumentTypeError(f"must be < {constants.MAX_MAXSIZE}, got {value}")
+    if value >= defaults.MAX_MAXSIZE:
+        raise argparse.ArgumentTypeError(f"must be < {defaults.MAX_MAXSIZE}, got {value}")
     return value
 
 
@@ -104,16 +103,16 @@ def _settle(parser, args):
                      "(--min-bytes/--max-bytes/--step-factor), not both")
     if args.minsize is not None:
         args.scan = True
-    args.minsize = constants.DEFAULT_MINSIZE if args.minsize is None else args.minsize
-    args.maxsize = constants.DEFAULT_MAXSIZE if args.maxsize is None else args.maxsize
+    args.minsize = defaults.DEFAULT_MINSIZE if args.minsize is None else args.minsize
+    args.maxsize = defaults.DEFAULT_MAXSIZE if args.maxsize is None else args.maxsize
     if args.minsize >= args.maxsize:
         parser.error(f"--minsize {args.minsize} must be below --maxsize {args.maxsize} (the scan "
                      f"runs n x 2^p elements for p = minsize .. maxsize-1)")
     if in_bytes:
         args.scan = True
-        args.min_bytes = args.min_bytes or constants.DEFAULT_MIN_BYTES
-        args.max_bytes = args.max_bytes or max(constants.DEFAULT_MAX_BYTES, args.min_bytes)
-        args.step_factor = args.step_factor or constants.DEFAULT_STEP_FACTOR
+        args.min_bytes = args.min_bytes or defaults.DEFAULT_MIN_BYTES
+        args.max_bytes = args.max_bytes or max(defaults.DEFAULT_MAX_BYTES, args.min_bytes)
+        args.step_factor = args.step_factor or defaults.DEFAULT_STEP_FACTOR
         if args.min_bytes > args.max_bytes:
             parser.error(f"--min-bytes {args.min_bytes} is above --max-bytes {args.max_bytes}")
     if args.precision is not None and args.repeat > 1:
@@ -122,7 +121,7 @@ def _settle(parser, args):
     if args.max_windows is not None and args.precision is None:
         parser.error("--max-windows caps --precision's windows; give --precision too")
     if args.precision is not None and args.max_windows is None:
-        args.max_windows = constants.DEFAULT_MAX_WINDOWS
+        args.max_windows = defaults.DEFAULT_MAX_WINDOWS
     if args.split is not None:
         args.groups = (args.groups or []) + ["split"]
     if args.a2a_matrix and args.a2a_skew:
@@ -163,11 +162,11 @@ def add_rank_flags(parser, dist_help):
     doctor.py): the launcher's local rank, and the layer, backend and device to start."""
     parser.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
                         help="set by launchers; default: from the launcher's environment")
-    parser.add_argument("--backend", choices=constants.BACKENDS, default=constants.DEFAULT_BACKEND,
+    parser.add_argument("--backend", choices=defaults.BACKENDS, default=defaults.DEFAULT_BACKEND,
                         help="communication backend (default: detected from the device)")
-    parser.add_argument("--dist", choices=constants.DISTS, default=constants.DEFAULT_DIST,
+    parser.add_argument("--dist", choices=defaults.DISTS, default=defaults.DEFAULT_DIST,
                         help=f"{dist_help} (default %(default)s)")
-    parser.add_argument("--device", type=_device_type, default=constants.DEFAULT_DEVICE,
+    parser.add_argument("--device", type=_device_type, default=defaults.DEFAULT_DEVICE,
                         help="cuda, cpu, xpu, hpu, npu, ... (default: detected)")
 
 
@@ -176,16 +175,16 @@ def benchmark_parser():
                      description="Measure collective communication through deepspeed.comm "
                                  "or torch.distributed.")
     add_rank_flags(parser, "communication layer to measure")
-    parser.add_argument("--trials", type=int_at_least(1), default=constants.DEFAULT_TRIALS,
+    parser.add_argument("--trials", type=int_at_least(1), default=defaults.DEFAULT_TRIALS,
                         help="number of timed iterations (default %(default)s)")
-    parser.add_argument("--warmups", type=int_at_least(0), default=constants.DEFAULT_WARMUPS,
+    parser.add_argument("--warmups", type=int_at_least(0), default=defaults.DEFAULT_WARMUPS,
                         help="number of untimed iterations before timing (default %(default)s)")
     parser.add_argument("--maxsize", type=_maxsize, default=None,
                         help="scan up to n x 2^(maxsize-1) elements per rank "
-                             f"(default {constants.DEFAULT_MAXSIZE})")
+                             f"(default {defaults.DEFAULT_MAXSIZE})")
     parser.add_argument("--minsize", type=_minsize, default=None,
                         help="scan from n x 2^minsize elements per rank (implies --scan; "
-                             f"default {constants.DEFAULT_MINSIZE})")
+                             f"default {defaults.DEFAULT_MINSIZE})")
     parser.add_argument("--min-bytes", type=byte_count, default=None, metavar="BYTES",
                         help="sweep message sizes in bytes per rank from BYTES (8, 1K, 4M, 1G; "
                              "implies --scan; default 8), as nccl-tests' -b")
@@ -197,24 +196,24 @@ def benchmark_parser():
     parser.add_argument("--async-op", action="store_true",
                         help="issue ops with async_op=True (pt2pt: isend/irecv) and wait on "
                              "every handle inside the timed window")
-    parser.add_argument("--bw-unit", choices=constants.BW_UNITS, default=constants.DEFAULT_UNIT)
+    parser.add_argument("--bw-unit", choices=defaults.BW_UNITS, default=defaults.DEFAULT_UNIT)
     parser.add_argument("--scan", action="store_true",
                         help="sweep message sizes instead of one large message")
     parser.add_argument("--raw", action="store_true",
                         help="print sizes in bytes and durations in microseconds, without units")
-    for op in constants.OPS:
+    for op in defaults.OPS:
         parser.add_argument(f"--{op.replace('_', '-')}", dest=op, action="store_true",
                             help=f"run {op} (run_all.py; none given = the original six)")
     parser.add_argument("--all", action="store_true",
                         help="run every registered op (run_all.py): the six, reduce, gather, "
                              "scatter and barrier")
-    parser.add_argument("--dtype", type=_dtype_names, default=constants.DEFAULT_TYPE,
+    parser.add_argument("--dtype", type=_dtype_names, default=defaults.DEFAULT_TYPE,
                         help="torch dtype of the buffers, or several (float32,bfloat16,int32: one "
                              "table each), or all that the backend moves (default %(default)s)")
-    parser.add_argument("--op", choices=constants.REDUCE_OPS, default=constants.DEFAULT_REDUCE_OP,
+    parser.add_argument("--op", choices=defaults.REDUCE_OPS, default=defaults.DEFAULT_REDUCE_OP,
                         help="the reduction of all_reduce, reduce_scatter and reduce "
                              "(default %(default)s)")
-    parser.add_argument("--mem-factor", type=_mem_factor, default=constants.DEFAULT_MEM_FACTOR,
+    parser.add_argument("--mem-factor", type=_mem_factor, default=defaults.DEFAULT_MEM_FACTOR,
                         help="fraction of per-rank memory a single-size run may use, in (0, 1] "
                              "(default %(default)s)")
     parser.add_argument("--debug", action="store_true",
@@ -241,7 +240,7 @@ def benchmark_parser():
                              "marked !")
     parser.add_argument("--max-windows", type=int_at_least(precision.MIN_WINDOWS), default=None,
                         metavar="M", help="--precision: at most M windows a size, the warm-up "
-                                          f"not counted (default {constants.DEFAULT_MAX_WINDOWS})")
+                                          f"not counted (default {defaults.DEFAULT_MAX_WINDOWS})")
     parser.add_argument("--a2a-matrix", type=_matrix_file, default=None, metavar="FILE",
                         help="all_to_allv: an n x n CSV, row = sender, of the bytes each rank "
                              "sends each (run as written; with --scan, weights scaled so the "
@@ -292,7 +291,7 @@ def benchmark_parser():
                              "from the median warmup's pace, at least 5 and at most --trials; "
                              "with --precision, the seconds of the whole run, shared between "
                              "its ops and sizes")
-    parser.add_argument("--timeout", type=_positive_seconds, default=constants.DEFAULT_TIMEOUT,
+    parser.add_argument("--timeout", type=_positive_seconds, default=defaults.DEFAULT_TIMEOUT,
                         help="seconds a rank waits for its peers (rendezvous, process group) "
                              "before it gives up with an error (default %(default)s)")
     return parser

@@ -1,11 +1,12 @@
 """What every command line of the suite does alike (the op scripts', report.py's,
-parallel_bench.py's): a flag is spelled out in full (argparse's abbreviations would take
+parallel_bench.py's): `--version`; a flag is spelled out in full (argparse's abbreviations would take
 `--trial 3` for `--trials 3`, and a later flag could change what an old command line means),
 and an unknown one gets a "did you mean". Standard library only."""
 
 import argparse
 import difflib
 
+from . import __version__
 from .errors import UsageError
 
 
@@ -16,6 +17,8 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        self.add_argument("--version", action="version", version=f"commbench {__version__}",
+                          help="print the suite's version and exit")
 
     def parse_args(self, args=None, namespace=None):
         namespace, extra = self.parse_known_args(args, namespace)

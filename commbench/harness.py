@@ -5,7 +5,6 @@ hands its run function to."""
 import argparse
 import functools
 import os
-import platform
 import sys
 import time
 
@@ -24,7 +23,7 @@ from .memory import MemoryMeter
 from .sizes import allocate, cap_sweep, plan_single_size, sweep_numels
 from .table import (duration_text, emit_or_stop, extra_columns, note, output_failure, print_header,
                     print_row)
-from . import groups as grouping, overlap, precision
+from . import groups as grouping, overlap, precision, provenance
 from .timing import STATS, interval, odd_window, summarize, time_op, window
 
 
@@ -60,9 +59,6 @@ def open_results(args, comm, make_meta):
 
 def run_meta(args, comm, ops):
     """The meta record of a results file: what was run, where, with what."""
-    versions = {"python": platform.python_version(), "torch": torch.__version__}
-    if "deepspeed" in sys.modules:
-        versions["deepspeed"] = sys.modules["deepspeed"].__version__
     return {
         "ops": list(ops), "dist": comm.name, "backend": comm.backend, "device": comm.device.type,
         "master_addr": os.environ.get("MASTER_ADDR"), "master_port": os.environ.get("MASTER_PORT"),
@@ -72,7 +68,7 @@ def run_meta(args, comm, ops):
         # --groups: the layouts run, each as its groups' global ranks
         "groups": {kind: layout.groups for kind, layout in comm.layouts.items()
                    if kind in (getattr(args, "groups", None) or [])} or None,
-        "versions": versions, "trials": args.trials, "warmups": args.warmups,
+        "versions": provenance.versions(), "trials": args.trials, "warmups": args.warmups,
         "async_op": args.async_op, "scan": args.scan, "maxsize": args.maxsize,
         "minsize": getattr(args, "minsize", 1), "min_bytes": getattr(args, "min_bytes", None),
         "max_bytes": getattr(args, "max_bytes", None),
@@ -98,8 +94,7 @@ def run_meta(args, comm, ops):
         # seconds per rank from the start-up to the process group up and the first collective
         "startup": comm.startup,
         "torch_threads": torch.get_num_threads(), "processor": processor_model(comm.device),
-        "command": [sys.executable] + sys.argv,
-        "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **provenance.invocation(),
     }
 
 

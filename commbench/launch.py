@@ -8,8 +8,7 @@ import socket
 import sys
 from dataclasses import dataclass
 
-import constants
-
+from . import defaults
 from .errors import BenchmarkError, UsageError
 
 LAUNCHER_ENVIRONMENTS = (
@@ -274,7 +273,7 @@ def _rank0_address_by_mpi(launch):
 
 
 def master_port(environ):
-    text = environ.get("MASTER_PORT") or str(constants.TORCH_DISTRIBUTED_DEFAULT_PORT)
+    text = environ.get("MASTER_PORT") or str(defaults.TORCH_DISTRIBUTED_DEFAULT_PORT)
     try:
         port = int(text)
     except ValueError:

@@ -5,8 +5,7 @@ import math
 
 import torch
 
-import constants
-
+from . import defaults
 from .check import CHECK_RESERVE
 from .collective import GATHERED, SPLIT, WHOLE
 from .dtypes import get_dtype
@@ -72,7 +71,7 @@ def cap_sweep(collective, numels, args, comm):
         return numels
     memory, source = per_rank_memory(comm)
     usable = int(comm.min_over_ranks(free_device_memory(comm, memory))
-                 * constants.USABLE_MEMORY_FRACTION)
+                 * defaults.USABLE_MEMORY_FRACTION)
     element_size = get_dtype(args.dtype).itemsize
     fitting = [numel for numel in numels
                if footprint(collective, numel, element_size, args, comm)[0] <= usable]
@@ -117,7 +116,7 @@ def footprint(collective, numel, element_size, args, comm):
     staging copies (parts: [(what, multiple of the input)]), plus the fixed reserves. The
     multiples do not depend on E, so bytes = E x element size x their sum + reserve."""
     parts = buffer_multiples(collective, max(numel, comm.world_size), comm, in_flight(args))
-    reserve = constants.BACKEND_MEMORY_RESERVE + (CHECK_RESERVE if args.check else 0)
+    reserve = defaults.BACKEND_MEMORY_RESERVE + (CHECK_RESERVE if args.check else 0)
     multiple = sum(share for _, share in parts)
     return int(numel * element_size * multiple) + reserve, parts, reserve
 
@@ -155,13 +154,13 @@ def plan_single_size(collective, args, comm):
     """
     memory, source = per_rank_memory(comm)
     usable = int(comm.min_over_ranks(free_device_memory(comm, memory))
-                 * constants.USABLE_MEMORY_FRACTION)
+                 * defaults.USABLE_MEMORY_FRACTION)
     element_size = get_dtype(args.dtype).itemsize
     n = comm.world_size
     if collective.size_rule == WHOLE:
         factor = 2 * args.mem_factor  # no output buffer, so twice the share
     elif collective.size_rule == GATHERED and comm.one_tensor_all_gather:
-        factor = args.mem_factor + constants.ALL_GATHER_ONE_TENSOR_EXTRA_FACTOR
+        factor = args.mem_factor + defaults.ALL_GATHER_ONE_TENSOR_EXTRA_FACTOR
     else:
         factor = args.mem_factor
     budget = memory * factor
@@ -171,7 +170,7 @@ def plan_single_size(collective, args, comm):
             f"{factor:g} = {int(budget)} B -> {numel} elements of {element_size} B; buffers "
             f"({' + '.join(f'{what} {share:g}' for what, share in parts)}) x "
             f"{numel * element_size} B + {reserve} B reserve = {need} B, ")
-    share = f"{constants.USABLE_MEMORY_FRACTION:.0%}"
+    share = f"{defaults.USABLE_MEMORY_FRACTION:.0%}"
     if need > usable:
         multiple = sum(part for _, part in parts)
         numel = _fitting_numel(collective, max(0, usable - reserve) / element_size / multiple, n)

@@ -1,17 +1,20 @@
-"""Adding an op is one file plus one line (docs/extending.md): a throw-away op script in a copy of
-the tree, registered in constants.OPS, runs through run_all.py with its flag, its table, its
-bandwidth formulas, --check and the results file, and through utils' original names."""
+"""Adding an op is one file plus one line (docs/extending.md): a throw-away op module in a copy of
+the tree, commbench/ops/<op>.py, registered in commbench/defaults.py's OPS, runs through
+run_all.py and `python -m commbench <op>` with its flag, its table, its bandwidth formulas,
+--check and the results file, and through utils' original names."""
 
 import json
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
-from support import ROOT, launch
+from support import ROOT, base_env, launch, parse_tables
 
 # The file: a descriptor and the original's two entry points, as docs/extending.md shows.
-OP_SCRIPT = '''"""all_reduce_max: every rank ends with the element-wise MAX over ranks, in place."""
+OP_MODULE = '''"""all_reduce_max: every rank ends with the element-wise MAX over ranks, in place."""
 
 import functools
 
@@ -34,9 +37,6 @@ ALL_REDUCE_MAX = Collective(
 
 timed_all_reduce_max = functools.partial(harness.timed_collective, ALL_REDUCE_MAX)
 run_all_reduce_max = functools.partial(harness.run_op, ALL_REDUCE_MAX)
-
-if __name__ == "__main__":
-    harness.cli(run_all_reduce_max)
 '''
 
 # The line.
@@ -51,11 +51,11 @@ def tree(tmp_path_factory):
         shutil.copy(path, copy)
     shutil.copytree(ROOT / "commbench", copy / "commbench",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    (copy / "all_reduce_max.py").write_text(OP_SCRIPT)
-    constants = (copy / "constants.py").read_text()
-    changed = constants.replace('"all_to_allv", "barrier")', REGISTERED)
-    assert len(changed.splitlines()) == len(constants.splitlines()) and changed != constants
-    (copy / "constants.py").write_text(changed)
+    (copy / "commbench" / "ops" / "all_reduce_max.py").write_text(OP_MODULE)
+    defaults = (copy / "commbench" / "defaults.py").read_text()
+    changed = defaults.replace('"all_to_allv", "barrier")', REGISTERED)
+    assert len(changed.splitlines()) == len(defaults.splitlines()) and changed != defaults
+    (copy / "commbench" / "defaults.py").write_text(changed)
     return copy
 
 
@@ -104,14 +104,23 @@ def test_new_op_joins_every_op_and_the_original_names(tree, tmp_path):
     probed = launch(str(probe), env={"PYTHONPATH": str(tree)})
     assert probed.returncode == 0, probed
     assert "bw 2000000.0 0.0" in probed.stdout.splitlines()
+    # `python -m commbench` knows it too (from the tree's directory: its own package first)
+    listed = subprocess.run([sys.executable, "-m", "commbench", "--help"], cwd=tree,
+                            capture_output=True, text=True, timeout=60)
+    assert re.search(r"^  all_reduce_max +one op", listed.stdout, re.M), listed
+    alone = subprocess.run([sys.executable, "-m", "commbench", "all_reduce_max", "--scan",
+                            "--maxsize=3", "--trials=2", "--dist=torch", "--backend=gloo",
+                            "--raw"], cwd=tree, capture_output=True, text=True, timeout=120,
+                           env=base_env())
+    assert alone.returncode == 0, alone
+    assert [table.op for table in parse_tables(alone.stdout)] == ["all_reduce_max"]
 
 
 def test_an_unregistered_or_missing_op_is_one_line(tree, tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(tree, broken, ignore=shutil.ignore_patterns("__pycache__"))
-    (broken / "all_reduce_max.py").unlink()
+    (broken / "commbench" / "ops" / "all_reduce_max.py").unlink()
     result = launch(str(broken / "run_all.py"), "--all-reduce-max", "--scan", "--dist=torch")
     assert result.returncode == 1, result
     assert result.stderr.strip().splitlines()[-1] == (
-        "commbench: error: op 'all_reduce_max' has no op script all_reduce_max.py beside "
-        "run_all.py")
+        "commbench: error: op 'all_reduce_max' has no module commbench/ops/all_reduce_max.py")

@@ -7,7 +7,6 @@ unreachable and the rest goes on. One rank per host (its first) measures the pai
 
 import argparse
 import os
-import platform
 import sys
 import time
 from datetime import timedelta
@@ -15,16 +14,14 @@ from datetime import timedelta
 import torch
 import torch.distributed
 
-import constants
-
-from .. import results
+from .. import defaults, provenance, results
 from ..cli import add_rank_flags
 from ..comm import init_comm
-from ..harness import open_results
+from ..harness import guarded, open_results
 from ..errors import UsageError
 from ..flags import UsageParser
 from ..numbers import byte_count, float_in, int_at_least
-from ..table import emit, note
+from ..table import emit, note, output_failure
 from . import measure, render, schedule, verdict
 from .control import Control
 
@@ -81,7 +78,7 @@ def parser():
     p.add_argument("--retest", type=int_at_least(0), default=2, metavar="K",
                    help="re-measure each suspect host against K hosts judged good before naming "
                         "it (default 2; 0: name first-pass suspects)")
-    p.add_argument("--bw-unit", choices=constants.BW_UNITS, default=constants.DEFAULT_UNIT)
+    p.add_argument("--bw-unit", choices=defaults.BW_UNITS, default=defaults.DEFAULT_UNIT)
     p.add_argument("--timeout", type=float_in(0, 1e6, "a positive number of seconds"),
                    default=120, metavar="SECONDS",
                    help="seconds a rank waits for a peer; a host that does not answer within it "
@@ -269,9 +266,6 @@ def _first_line(error):
 
 
 def meta(args, comm, check):
-    versions = {"python": platform.python_version(), "torch": torch.__version__}
-    if "deepspeed" in sys.modules:
-        versions["deepspeed"] = sys.modules["deepspeed"].__version__
     return {"ops": ["doctor"], "dist": comm.name, "backend": comm.backend,
             "device": comm.device.type, "world_size": comm.world_size,
             "hostnames": comm.hostnames, "hosts": check.hosts,
@@ -281,9 +275,8 @@ def meta(args, comm, check):
                        "small_bytes": args.small_bytes, "large_bytes": args.large_bytes,
                        "trials": args.trials, "warmups": args.warmups, "repeat": args.repeat,
                        "retest": args.retest, "timeout": args.timeout},
-            "startup": comm.startup, "versions": versions,
-            "command": [sys.executable] + sys.argv,
-            "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "startup": comm.startup, "versions": provenance.versions(),
+            **provenance.invocation()}
 
 
 def main(local_rank, args):
@@ -348,3 +341,18 @@ def main(local_rank, args):
         sys.stderr.flush()
         os._exit(status)
     return status
+
+
+def command(argv=None):
+    """doctor.py's entry point (also `commbench doctor`): the exit status, 0 healthy, 1 anything
+    suspect or unreachable, 2 bad usage."""
+    status = 0
+
+    def body():
+        nonlocal status
+        try:
+            args = parse(argv)
+        except OSError as error:  # --help into a closed pipe or onto a full disk
+            raise output_failure(error, sys.stdout, "the help") from None
+        status = main(args.local_rank, args)
+    return guarded(body) or status

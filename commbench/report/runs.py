@@ -6,11 +6,10 @@ import os
 import re
 from dataclasses import dataclass, field
 
-import constants
-
+from . import defaults
 from .. import results
 
-OPS = constants.OPS  # report order: the suite's own ops first, others after
+OPS = defaults.OPS  # report order: the suite's own ops first, others after
 
 
 def op_order(keys):

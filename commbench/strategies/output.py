@@ -3,12 +3,8 @@ writes (a meta record, then one record a strategy, each written and flushed as i
 so that a run that dies keeps what it measured)."""
 
 import json
-import platform
-import sys
-import time
 
-import torch
-
+from .. import provenance
 from ..errors import BenchmarkError
 from ..table import convert_size, print_rank_0
 
@@ -63,13 +59,6 @@ class LinesWriter:
 
 def meta(run):
     args, comm = run.args, run.comm
-    versions = {"python": platform.python_version(), "torch": torch.__version__}
-    try:
-        from importlib.metadata import version
-        versions["deepspeed"] = sys.modules["deepspeed"].__version__ if "deepspeed" in sys.modules \
-            else version("deepspeed")
-    except Exception:  # noqa: BLE001  (DeepSpeed not installed: no version to give)
-        pass
     return {"type": "meta", "kind": "strategies", "dist": "torch", "backend": comm.backend,
             "device": comm.device.type, "world_size": comm.world_size,
             "hostnames": comm.hostnames,
@@ -78,9 +67,8 @@ def meta(run):
                       "seq": args.seq, "micro_batch": args.micro_batch,
                       "micro_batches": args.micro_batches, "dtype": args.dtype,
                       "element_size": run.dtype.itemsize},
-            "steps": args.steps, "warmup": args.warmup, "versions": versions,
-            "command": [sys.executable] + sys.argv,
-            "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "steps": args.steps, "warmup": args.warmup,
+            "versions": provenance.versions(installed_deepspeed=True), **provenance.invocation()}
 
 
 def open_output(run):

@@ -9,15 +9,13 @@ Every bad trace is found before the process group starts, alike on every rank: o
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
-import time
 
 import torch
 import torch.distributed
 
-import constants
+from .. import defaults, provenance
 from ..comm import init_comm
 from ..errors import BenchmarkError
 from ..flags import UsageParser
@@ -42,7 +40,7 @@ def parser():
                         "own traces, PyTorch execution traces, PARAM basic comms traces)")
     p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
                    help="set by launchers; default: from the launcher's environment")
-    p.add_argument("--dist", choices=constants.DISTS, default="torch",
+    p.add_argument("--dist", choices=defaults.DISTS, default="torch",
                    help="issue the calls through torch.distributed (default) or deepspeed.comm")
     p.add_argument("--backend", default=None,
                    help="default: nccl on cuda, ccl where oneCCL's bindings are, else gloo")
@@ -154,9 +152,7 @@ def meta(args, comm, trace):
             "device": comm.device.type, "world_size": comm.world_size,
             "hostnames": comm.hostnames, "warmup": args.warmup, "repeat": args.repeat,
             "pace": args.pace, "check": args.check,
-            "versions": {"python": platform.python_version(), "torch": torch.__version__},
-            "command": [sys.executable] + sys.argv,
-            "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "versions": provenance.versions(), **provenance.invocation()}
 
 
 def open_output(args, comm, trace):
