@@ -6,7 +6,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from . import defaults
+from .. import defaults
 from .. import results
 
 OPS = defaults.OPS  # report order: the suite's own ops first, others after
