@@ -234,6 +234,7 @@ def _typed_csv_row(row):
     for key, kind in zip(CSV_LISTS, (float, int, int, int, int, int)):
         typed[key] = [None if x == "-" else kind(x) for x in (row.get(key) or "").split()]
     typed["groups"] = row.get("groups") or None
+    typed["pairs_mode"] = row.get("pairs_mode") or None  # a cell left empty: not a pt2pt's
     return typed
 
 

@@ -201,6 +201,8 @@ def _from_table(path, text):
         fields = line.split()
         if op is None or len(fields) < 5:
             continue
+        if not raw and fields[0] == "0B":  # convert_size(0), barrier's Size: one word, not two
+            fields.insert(1, "B")
         if fields[1 if raw else 2] == "-":  # an op without payload (barrier): latency alone
             duration = float(fields[2]) * 1e-6 if raw else \
                 float(fields[3]) * (1e-3 if fields[4] == "ms" else 1e-6)
