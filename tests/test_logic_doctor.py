@@ -1,0 +1,205 @@
+"""doctor.py's logic in-process: the round-robin schedule of host pairs and the verdicts
+(commbench/doctor/verdict.py) on figures made up by hand, no ranks, no hosts."""
+
+import itertools
+
+import pytest
+
+from commbench.doctor import schedule, verdict
+from commbench.doctor.verdict import Figures, Host, Link
+
+pytestmark = pytest.mark.fast
+
+GBPS = 1e9 / 8  # bytes/s in 1 Gbps
+NAMES = ["n0", "n1", "n2", "n3", "n4", "n5"]
+
+
+def figures(count, link_gbps=80.0, slow=None, host_gbps=160.0, fraction=0.7, **extra):
+    """`count` hosts, every link at `link_gbps` each way and 20 us one way, every host's ranks
+    at `host_gbps`; `slow` maps a pair (i, j) to its own Gbps."""
+    f = Figures(NAMES[:count], fraction, **extra)
+    for i, j in itertools.combinations(range(count), 2):
+        bw = (slow or {}).get((i, j), link_gbps) * GBPS
+        f.links[(i, j)] = Link(latency_s=20e-6, forward_Bps=bw, backward_Bps=bw, both_Bps=2 * bw)
+    for h in range(count):
+        f.hosts[h] = Host(busbw_Bps=host_gbps * GBPS, latency_s=10e-6)
+    return f
+
+
+def links_of_host(host, count, gbps):
+    return {(min(host, o), max(host, o)): gbps for o in range(count) if o != host}
+
+
+# --------------------------------------------------------------------------- the schedule
+
+@pytest.mark.parametrize("count", range(2, 10))
+def test_round_robin_is_every_pair_once_in_perfect_matchings(count):
+    rounds = schedule.round_robin(count)
+    # the circle method: N-1 rounds for N even, N for N odd (a bye each round)
+    assert len(rounds) == (count - 1 if count % 2 == 0 else count)
+    pairs = [pair for r in rounds for pair in r]
+    assert sorted(pairs) == list(itertools.combinations(range(count), 2))  # each pair once
+    for r in rounds:
+        hosts = [h for pair in r for h in pair]
+        assert len(hosts) == len(set(hosts)), r  # disjoint: no host twice in a round
+        assert len(r) == count // 2  # a perfect matching (odd: all but one host)
+        assert all(i < j for i, j in r) and r == sorted(r)
+
+
+@pytest.mark.parametrize("count", [3, 5, 7])
+def test_round_robin_with_an_odd_count_sits_each_host_out_once(count):
+    rounds = schedule.round_robin(count)
+    idle = [set(range(count)) - {h for pair in r for h in pair} for r in rounds]
+    assert all(len(out) == 1 for out in idle)
+    assert sorted(h for out in idle for h in out) == list(range(count))
+
+
+def test_round_robin_of_two_hosts_and_of_one():
+    assert schedule.round_robin(2) == [[(0, 1)]]
+    assert schedule.round_robin(1) == [[]]  # one host: no pair to measure
+
+
+# --------------------------------------------------------------------------- robust rules
+
+def test_low_and_high_with_few_peers_use_the_fraction_alone():
+    peers = [8.0, 14.0, 10.0, 12.0]  # median 11: 4 peers, no MAD rule
+    assert verdict.low(7.6, peers, 0.7) and not verdict.low(7.8, peers, 0.7)  # 0.7 x 11 = 7.7
+    assert verdict.high(22.1, [10.0, 12.0, 11.0], 0.5)  # over median 11 / 0.5 = 22
+    assert not verdict.high(21.9, [10.0, 12.0, 11.0], 0.5)
+
+
+def test_low_with_five_widely_spread_peers_also_needs_three_robust_deviations():
+    # median 10, deviations 2 4 0 2 1: MAD 2, 3 x 1.4826 x 2 = 8.9; the bar is min(7, 1.1)
+    peers = [8.0, 14.0, 10.0, 12.0, 9.0]
+    assert verdict.robust(peers) == (10.0, 2.0)
+    assert not verdict.low(5.0, peers, 0.7)  # below 70% of the median, but within the spread
+    assert verdict.low(1.0, peers, 0.7)
+    assert verdict.low(5.0, peers[:4], 0.7)  # the same value among 4 peers: the fraction rules
+
+
+def test_low_with_five_tight_peers_is_the_fraction():
+    peers = [10.0] * 5  # MAD 0: the bar is min(7, 10) = 7
+    assert verdict.low(6.9, peers, 0.7) and not verdict.low(7.1, peers, 0.7)
+
+
+def test_no_value_or_no_peers_is_never_an_outlier():
+    assert not verdict.low(None, [10.0], 0.7) and not verdict.low(1.0, [], 0.7)
+    assert not verdict.high(None, [10.0], 0.7) and not verdict.high(1.0, [], 0.7)
+
+
+def test_a_link_is_judged_on_its_slower_direction():
+    assert Link(forward_Bps=5.0, backward_Bps=3.0).bandwidth == 3.0
+    assert Link(forward_Bps=5.0).bandwidth == 5.0
+    assert Link(latency_s=1e-5).bandwidth is None
+
+
+def test_figures_speak_in_the_runs_unit():
+    assert Figures(NAMES, 0.7).bw(1.25e9) == "10 Gbps"
+    assert Figures(NAMES, 0.7, unit="GBps").bw(1.25e9) == "1.25 GB/s"
+    assert Figures.us(2.5e-5) == "25.0 us"
+
+
+# --------------------------------------------------------------------------- verdicts
+
+def test_healthy_hosts_give_no_suspect_and_no_finding():
+    f = figures(4)
+    judgement = verdict.first_pass(f)
+    assert judgement.suspects == []
+    assert verdict.retest_pairs(f, judgement) == []
+    assert verdict.confirm(f, judgement).findings == []
+
+
+def test_a_host_whose_links_are_all_slow_is_the_suspect_not_its_partners():
+    f = figures(4, slow=links_of_host(2, 4, 24.0))  # 24 of 80 Gbps: 0.30x
+    judgement = verdict.first_pass(f)
+    assert [(s.kind, s.hosts) for s in judgement.suspects] == [("host", (2,))]
+    # host 2's links' median 24 Gbps against the others' (each 80, 80, 24: median 80)
+    assert judgement.suspects[0].text == ("its links' bandwidth 24 Gbps (median of 3) is 0.30x "
+                                          "the other hosts' median 80 Gbps")
+    assert not judgement.suspects[0].intra
+    # retested against the first two hosts judged good
+    assert verdict.good_hosts(f, judgement) == [0, 1, 3]
+    assert verdict.retest_pairs(f, judgement) == [(0, 2), (1, 2)]
+
+
+def test_a_slow_host_confirmed_by_its_retest_is_named():
+    f = figures(4, slow=links_of_host(2, 4, 24.0))
+    judgement = verdict.first_pass(f)
+    for pair in verdict.retest_pairs(f, judgement):
+        f.retests[pair] = Link(20e-6, 24 * GBPS, 24 * GBPS)
+    found = verdict.confirm(f, judgement)
+    assert [(x.kind, x.hosts, x.retested) for x in found.findings] == [("host", (2,), True)]
+    assert found.findings[0].text.endswith("; retested against n0, n1: 24 Gbps, 20.0 us")
+    assert found.cleared == []
+
+
+def test_a_slow_host_that_retests_fine_is_cleared_as_noise():
+    f = figures(4, slow=links_of_host(2, 4, 24.0))
+    judgement = verdict.first_pass(f)
+    for pair in verdict.retest_pairs(f, judgement):
+        f.retests[pair] = Link(20e-6, 80 * GBPS, 80 * GBPS)
+    found = verdict.confirm(f, judgement)
+    assert found.findings == []
+    assert len(found.cleared) == 1 and found.cleared[0].startswith("host n2 was slow in the first")
+    assert found.cleared[0].endswith("but not against n0, n1: noise")
+
+
+def test_a_single_slow_link_is_named_and_neither_of_its_hosts():
+    f = figures(4, slow={(1, 3): 16.0})
+    judgement = verdict.first_pass(f)
+    # hosts 1 and 3 have links 80, 80, 16: their median is 80, like everyone's
+    assert [(s.kind, s.hosts) for s in judgement.suspects] == [("link", (1, 3))]
+    assert judgement.suspects[0].text == ("16 Gbps, 0.20x the median of n1's other links "
+                                          "(80 Gbps) and 0.20x n3's (80 Gbps)")
+    assert verdict.retest_pairs(f, judgement) == [(1, 3)]
+    f.retests[(1, 3)] = Link(20e-6, 16 * GBPS, 16 * GBPS)
+    found = verdict.confirm(f, judgement)
+    assert [(x.kind, x.hosts, x.retested) for x in found.findings] == [("link", (1, 3), True)]
+
+
+def test_a_slow_link_not_retested_is_named_and_says_so():
+    f = figures(4, slow={(0, 1): 16.0})
+    found = verdict.confirm(f, verdict.first_pass(f))
+    assert [(x.kind, x.hosts) for x in found.findings] == [("link", (0, 1))]
+    assert found.findings[0].text.endswith(" (not retested)") and not found.findings[0].retested
+
+
+def test_a_link_slow_by_latency_is_named():
+    f = figures(4)
+    f.links[(0, 2)].latency_s = 100e-6  # 5x its hosts' other links (20 us)
+    judgement = verdict.first_pass(f)
+    assert [(s.kind, s.hosts) for s in judgement.suspects] == [("link", (0, 2))]
+    assert judgement.suspects[0].text.startswith("latency 100.0 us, 5.0x the median of n0's")
+
+
+def test_a_host_slow_among_its_own_ranks_is_an_intra_suspect_retested_within_hosts():
+    f = figures(4)
+    f.hosts[1].busbw_Bps = 40 * GBPS  # 0.25x the others' 160
+    judgement = verdict.first_pass(f)
+    assert [(s.kind, s.hosts, s.intra) for s in judgement.suspects] == [("host", (1,), True)]
+    assert judgement.suspects[0].text.startswith("its ranks' all_reduce bus bandwidth 40 Gbps is "
+                                                 "0.25x the other hosts' median 160 Gbps")
+    assert verdict.retest_pairs(f, judgement) == []  # the within-host phase runs again instead
+    f.hosts_retest = {h: Host(160 * GBPS, 10e-6) for h in range(4)}
+    f.hosts_retest[1] = Host(40 * GBPS, 10e-6)
+    found = verdict.confirm(f, judgement)
+    assert [(x.hosts, x.retested, x.intra) for x in found.findings] == [((1,), True, True)]
+
+
+def test_two_hosts_cannot_tell_a_slow_link_from_a_slow_host_without_an_expectation():
+    f = figures(2, link_gbps=8.0)
+    assert verdict.first_pass(f).suspects == []  # nothing to hold the one link against
+    f = figures(2, link_gbps=8.0, expect_Bps=40 * GBPS)
+    judgement = verdict.first_pass(f)
+    # with --expect: the link below it (hosts are judged on "every link below" from 3 hosts)
+    assert [(s.kind, s.hosts) for s in judgement.suspects] == [("link", (0, 1))]
+    assert judgement.suspects[0].text == "8 Gbps, below the 40 Gbps expected"
+
+
+def test_unreachable_hosts_are_named_after_the_others_and_left_out_of_the_yardstick():
+    f = figures(4, slow=links_of_host(3, 4, 1.0))
+    f.unreachable = {3}
+    f.unreachable_why = {}
+    found = verdict.confirm(f, verdict.first_pass(f))
+    assert [(x.kind, x.hosts, x.text) for x in found.findings] == \
+        [("unreachable", (3,), "did not answer within --timeout")]
