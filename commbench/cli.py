@@ -13,7 +13,7 @@ from . import defaults
 from . import groups as grouping, precision, traffic
 from .dtypes import dtype_list, get_dtype
 from .errors import PROG, UsageError
-from .flags import Parser
+from .flags import Parser, prog
 from .numbers import byte_count, float_in, int_at_least, percentage
 
 
@@ -171,7 +171,7 @@ def add_rank_flags(parser, dist_help):
 
 
 def benchmark_parser():
-    parser = _Parser(prog=os.path.basename(sys.argv[0]) or PROG,
+    parser = _Parser(prog=prog(os.path.basename(sys.argv[0]) or PROG),
                      description="Measure collective communication through deepspeed.comm "
                                  "or torch.distributed.")
     add_rank_flags(parser, "communication layer to measure")

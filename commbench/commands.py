@@ -83,8 +83,9 @@ def main(argv=None):
               f"{', '.join(list(defaults.OPS) + list(SCRIPTS))} (see commbench --help)",
               file=sys.stderr)
         return 2
-    # The command's own name in its usage lines and the results file's command.
-    sys.argv = [f"commbench {command}"] + rest
+    # As the process was started (its usage lines say `commbench COMMAND`: flags.prog), with the
+    # rank flags where the command reads them.
+    sys.argv = sys.argv[:1] + [command] + rest
     return _run(command, rest)
 
 

@@ -5,9 +5,20 @@ and an unknown one gets a "did you mean". Standard library only."""
 
 import argparse
 import difflib
+import os
+import sys
 
 from . import __version__
 from .errors import UsageError
+
+
+def prog(script):
+    """The name a command line's usage gives: `script` (its file at the top of a checkout), or
+    `commbench COMMAND` when it runs as `python -m commbench COMMAND` or the `commbench` command
+    (commands.py leaves sys.argv as [its own path, COMMAND, flags...])."""
+    if os.path.basename(sys.argv[0]) in ("__main__.py", "commbench") and len(sys.argv) > 1:
+        return f"commbench {sys.argv[1]}"
+    return script
 
 
 class Parser(argparse.ArgumentParser):

@@ -19,7 +19,7 @@ from ..cli import add_rank_flags
 from ..comm import init_comm
 from ..harness import guarded, open_results
 from ..errors import UsageError
-from ..flags import UsageParser
+from ..flags import UsageParser, prog
 from ..numbers import byte_count, float_in, int_at_least
 from ..table import emit, note, output_failure
 from . import measure, render, schedule, verdict
@@ -49,7 +49,7 @@ def _floor(text):
 
 
 def parser():
-    p = UsageParser(prog="doctor.py",
+    p = UsageParser(prog=prog("doctor.py"),
                 description="Check a cluster's hosts and links: each host's ranks among "
                             "themselves, every pair of hosts both ways, a verdict naming the "
                             "slow or broken host or link. Exit 0 healthy, 1 anything suspect "

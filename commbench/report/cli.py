@@ -16,7 +16,7 @@ Standard library only, but for `plot` and `html` (matplotlib, and Jinja2, import
 
 import sys
 
-from commbench.flags import Parser
+from commbench.flags import Parser, prog
 from commbench.numbers import byte_count, float_in, int_at_least
 from commbench.report import buckets, doctor, html, measured, replays, strategy
 from commbench.report.compare import compare, layouts, render, render_layouts
@@ -41,7 +41,7 @@ _percent = float_in(-1e-9, 100, "a percentage in [0, 100]")
 
 
 def main(argv=None):
-    parser = _Parser(prog=PROG, description=__doc__.split("\n")[0])
+    parser = _Parser(prog=prog(PROG), description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     cmp = commands.add_parser("compare", help="compare two runs size by size (or, given one run of "
                                               "--groups, its layouts side by side)")

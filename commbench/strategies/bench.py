@@ -24,7 +24,7 @@ import torch.distributed
 
 from ..comm import init_comm
 from ..errors import BenchmarkError, UsageError
-from ..flags import UsageParser
+from ..flags import UsageParser, prog
 from ..guard import agree_to_go_on
 from ..harness import exit_without_finalising, guarded
 from ..memory import read_field
@@ -59,7 +59,7 @@ def strategy_list(text):
 
 
 def parser():
-    p = UsageParser(prog="parallel_bench.py",
+    p = UsageParser(prog=prog("parallel_bench.py"),
                 description="Train a small decoder-only transformer with each parallel strategy "
                             "and measure step time, memory and the communication of a step.")
     p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,

@@ -18,7 +18,7 @@ import torch.distributed
 from .. import defaults, provenance
 from ..comm import init_comm
 from ..errors import BenchmarkError
-from ..flags import UsageParser
+from ..flags import UsageParser, prog
 from ..guard import agree_to_go_on
 from ..launch import discover_launch_env
 from ..memory import per_rank_memory
@@ -32,7 +32,7 @@ from .model import KINDS, TraceError
 
 
 def parser():
-    p = UsageParser(prog="replay.py",
+    p = UsageParser(prog=prog("replay.py"),
                 description="Replay a recorded job's communication: the same collectives, "
                             "sizes, groups and order, timed; how close to the job it came.")
     p.add_argument("trace", metavar="TRACE_DIR",
