@@ -18,7 +18,7 @@ SHELL_BLOCKS = {"", "sh", "bash", "shell", "console"}  # `text` and `python` blo
 # A shell line starts with a program of this suite's world (after an optional prompt and
 # VAR=value assignments); other lines in a shell block are output.
 COMMAND = re.compile(r"^(\$ )?(\w+=\S+ )*(python3?|\.venv/bin/python|deepspeed|torchrun|mpirun|"
-                     r"srun|make|scripts/|env )")
+                     r"srun|make|scripts/|env |commbench |pip )")
 OPTION = re.compile(r"^--?[A-Za-z][\w-]*")
 
 
@@ -50,8 +50,9 @@ ALL = [(page, number, command) for page in PAGES for number, command in shell_co
 
 @functools.lru_cache(maxsize=None)
 def known_options(script, subcommand):
-    """The options `script [subcommand] --help` lists."""
-    argv = [sys.executable, script] + ([subcommand] if subcommand else []) + ["--help"]
+    """The options `script [subcommand] --help` lists (script: a file, or `-m commbench
+    COMMAND`)."""
+    argv = [sys.executable, *script.split()] + ([subcommand] if subcommand else []) + ["--help"]
     proc = subprocess.run(argv, cwd=ROOT, env=base_env(), capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, f"{' '.join(argv)} failed:\n{proc.stderr}"
@@ -78,6 +79,23 @@ def test_every_shown_command_uses_what_exists(page, number, command):
         return
     if words[0].startswith("scripts/"):
         assert (ROOT / words[0]).is_file() and (ROOT / words[0]).stat().st_mode & 0o111, where
+        return
+    if words[0] == "pip":
+        assert words[1] in ("install", "wheel"), where
+        return
+    # the package's commands: `commbench COMMAND`, `python -m commbench COMMAND` (any launcher's
+    # -m or --module)
+    package = [i for i, word in enumerate(words) if word == "commbench"
+               and (i == 0 or words[i - 1] in ("-m", "--module"))]
+    if package:
+        at = package[0] + 1
+        assert at < len(words), f"{where}: no COMMAND"
+        script = f"-m commbench {words[at]}"
+        rest = words[at + 1:]
+        subcommand = rest[0] if words[at] == "report" and rest else None
+        options = known_options(script, subcommand)
+        used = {OPTION.match(word).group() for word in rest if OPTION.match(word)}
+        assert used <= options, f"{where}: {sorted(used - options)} unknown to {script}"
         return
     scripts = [i for i, word in enumerate(words) if word.endswith(".py")]
     assert scripts, f"no script of the suite in {where}"
