@@ -14,7 +14,7 @@ BENCH_ARGS ?= --scan --device cpu
 export TORCH_EXTENSIONS_DIR := $(abspath $(VENV))/torch_extensions
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: bench strategies ccl ops test venv clean
+.PHONY: bench strategies ccl ops test test-fast venv clean
 
 venv: $(VENV)/.installed
 
@@ -71,6 +71,11 @@ test: venv ccl ops
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not serial" --junitxml=.test-results/parallel.xml $(PYTEST_ARGS) || { s=$$?; [ $$s = 5 ] || status=$$s; }; \
 	$(BIN)/python -m pytest -m serial --junitxml=.test-results/serial.xml $(PYTEST_ARGS) || { s=$$?; [ $$s = 5 ] || status=$$s; }; \
 	scripts/test-services.sh down; $(BIN)/python scripts/test-times.py .test-results/*.xml; exit $$status
+
+# The in-process tests alone (marked fast: no ranks, no subprocess, no root), for a refactor's
+# quick check; make test runs them too (docs/testing.md).
+test-fast: venv
+	$(BIN)/python -m pytest -m fast -q -p no:randomly $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache __pycache__ tests/__pycache__ .test-results

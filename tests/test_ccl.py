@@ -322,6 +322,7 @@ def test_deepspeed_told_where_oneccl_is_not(ccl, tmp_path):
     assert "Traceback" not in result.stderr, result
 
 
+@pytest.mark.fast  # in-process
 def test_no_oneccl_to_build_deepspeeds_op_against(monkeypatch):
     """Neither CCL_ROOT nor oneCCL's headers beside the bindings or in the venv: --dist
     deepspeed stops before DeepSpeed's build, in one line saying what to set; --dist torch
@@ -339,6 +340,7 @@ def test_no_oneccl_to_build_deepspeeds_op_against(monkeypatch):
     assert os.environ["CCL_WORKER_OFFLOAD"] == "0" and os.environ["CCL_ATL_SHM"] == "1"
 
 
+@pytest.mark.fast  # in-process
 def test_ccl_root_and_cpath_found_for_deepspeed(monkeypatch, tmp_path):
     from commbench import ccl as oneccl
     (tmp_path / "include" / "oneapi").mkdir(parents=True)

@@ -59,6 +59,7 @@ def known_options(script, subcommand):
     return set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", proc.stdout))
 
 
+@pytest.mark.fast  # in-process
 def test_the_pages_show_commands():
     readme = [c for p, _, c in ALL if p.name == "README.md"]
     assert len(readme) >= 10 and len(ALL) >= 30, ALL
@@ -109,6 +110,7 @@ def test_every_shown_command_uses_what_exists(page, number, command):
     assert used <= options, f"{where}: {sorted(used - options)} unknown to {script}"
 
 
+@pytest.mark.fast  # in-process
 def test_links_between_pages_resolve():
     for page in PAGES:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
@@ -119,5 +121,6 @@ def test_links_between_pages_resolve():
     assert linked == {p.name for p in PAGES[1:]}, "every docs page is linked from the README"
 
 
+@pytest.mark.fast  # in-process
 def test_readme_is_a_front_page():
     assert len((ROOT / "README.md").read_text().splitlines()) <= 200

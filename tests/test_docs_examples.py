@@ -62,6 +62,7 @@ def clear(commands):
                            capture_output=True, timeout=60)
 
 
+@pytest.mark.fast  # in-process
 def test_every_page_has_examples():
     assert {page for page, *_ in ALL} == set(PAGES), ALL
 

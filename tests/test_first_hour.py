@@ -27,6 +27,7 @@ def report(*args):
 
 # ------------------------------------------------------------------ report.py buckets
 
+@pytest.mark.fast  # in-process
 def test_buckets_read_the_curve_twice_a_size_whatever_the_bucket_count(monkeypatch):
     """100 MiB in 16 B buckets is 6.5 million buckets; the row of a bucket size reads the curve
     for one full bucket and the rest, not once a bucket (it took 30 s before)."""
@@ -42,6 +43,7 @@ def test_buckets_read_the_curve_twice_a_size_whatever_the_bucket_count(monkeypat
     assert len(calls) <= 2 * (len(advice.rows) + len(advice.defaults))
 
 
+@pytest.mark.fast  # in-process
 def test_buckets_closed_form_equals_the_bucket_by_bucket_model():
     """The closed form against the documented model written out bucket by bucket, on the
     recorded curve, for backward times from far shorter to far longer than the buckets."""
@@ -105,6 +107,7 @@ def test_compare_and_plot_use_the_runs_bandwidth_unit(two_runs, tmp_path):
     assert list(y) == pytest.approx([data[s].busbw * 8 / 1e9 for s in sorted(data)], rel=1e-12)
 
 
+@pytest.mark.fast  # in-process
 def test_buckets_plot_labels_sizes_in_bytes(tmp_path):
     """Its x axis in bytes a person reads (it said 2^21)."""
     advice = buckets.advise(str(FIXTURE), 4, 30, min_bucket=1)
@@ -195,6 +198,7 @@ def test_stdout_is_tables_and_the_deepspeed_launchers_own_lines():
                 re.match(r"^[\d.]+ [KMG]?B ", line) or set(line) == {"-"}), line
 
 
+@pytest.mark.fast  # in-process
 def test_readme_relates_throughput_to_nccl_tests_algbw():
     text = (ROOT / "README.md").read_text()
     assert "not** nccl-tests' `algbw` for all_reduce (2S/t here, S/t there: twice theirs)" in text

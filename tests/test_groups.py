@@ -131,6 +131,7 @@ def test_bad_groups_flag(run, text):
     assert "--groups" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.fast  # in-process
 def test_layouts_of_hosts():
     """The layouts: hosts in the order their first rank comes, ranks in rank order."""
     names = ["b", "a", "b", "a", "b", "a"]  # ranks interleaved over two hosts

@@ -244,6 +244,7 @@ def test_shapes_the_world_cannot_take(args, text):
     assert "Traceback" not in stderr and stdout == ""
 
 
+@pytest.mark.fast  # in-process
 def test_the_saved_fixture_is_a_run_of_every_strategy():
     """tests/fixtures/strategies_2ranks.jsonl (the report's input): the default model at 2 ranks,
     every strategy, in the format above, with the analytic volumes."""

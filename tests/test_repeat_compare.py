@@ -156,6 +156,7 @@ def test_window_records_alone_are_read_as_the_run(run, tmp_path):
     assert_no_traceback(plotted)
 
 
+@pytest.mark.fast  # in-process
 def test_odd_windows_are_named():
     from commbench.timing import odd_window
     assert odd_window([1.0, 1.1, 0.9, 1.05, 1.0]) is None

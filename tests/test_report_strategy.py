@@ -18,6 +18,7 @@ def plans_by_name(**extra):
     return {plan.name: plan for plan in strategy.plans(workload)}
 
 
+@pytest.mark.fast  # in-process
 def test_model_state_memory_by_hand():
     plans = plans_by_name(tp=4, pp=2, hidden=4096, layers=32, seq=2048, micro_batch=1,
                           micro_batches=8)
@@ -28,6 +29,7 @@ def test_model_state_memory_by_hand():
     assert plans["TP=4"].memory == 4e9 and plans["PP=2"].memory == 8e9
 
 
+@pytest.mark.fast  # in-process
 def test_model_state_memory_in_fp32():
     """fp32 training keeps no master copy: 4 + 4 bytes of weight and gradient, 8 of Adam."""
     plans = plans_by_name(element_size=4)
@@ -38,6 +40,7 @@ def test_model_state_memory_in_fp32():
     assert plans["DDP"].collectives[0].message == 25e6  # 4e9 B of gradients, 25 MB buckets
 
 
+@pytest.mark.fast  # in-process
 def test_bytes_per_step_by_hand():
     plans = plans_by_name(bucket_bytes=25 * 2 ** 20, prefetch_bytes=50 * 2 ** 20, tp=4, pp=2,
                           hidden=4096, layers=32, seq=2048, micro_batch=1, micro_batches=8)
@@ -74,6 +77,7 @@ def curves(points):
     return strategy.Curves({"all_reduce": {s: runs.Measurement(s, t, 0) for s, t in points}})
 
 
+@pytest.mark.fast  # in-process
 def test_interpolation_exact_at_measured_sizes_and_monotone_between():
     measured = [(1024, 1e-4), (4096, 2e-4), (65536, 1e-3), (1 << 20, 1e-2)]
     c = curves(measured)
@@ -89,6 +93,7 @@ def test_interpolation_exact_at_measured_sizes_and_monotone_between():
     assert c.time("all_reduce", 2048).seconds == pytest.approx((1e-4 * 2e-4) ** 0.5)
 
 
+@pytest.mark.fast  # in-process
 def test_beyond_the_largest_is_extrapolated_at_its_bandwidth():
     c = curves([(1024, 1e-4), (1 << 20, 1e-2)])
     estimate = c.time("all_reduce", 4 << 20)

@@ -6,6 +6,8 @@ import pytest
 
 from commbench import dtypes, errors, launch, memory, sizes, table
 
+pytestmark = pytest.mark.fast
+
 DISCOVERY = [
     ({}, ("none", 0, 0, 1)),
     ({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}, ("torchrun/deepspeed", 3, 1, 4)),
