@@ -27,6 +27,13 @@ def osu(comm, compute, total):
 
 @pytest.mark.parametrize("nproc,dist", [(2, "torch"), (3, "deepspeed")])
 def test_overlap_columns_are_consistent(run, tmp_path, nproc, dist):
+    """The four columns agree with each other and with the results file, whatever the machine
+    does to the three windows. No bound between the windows' times: each is its own window, and
+    beside another test on 2 cores a neighbour can stretch any one of them several times (CI saw
+    the compute-alone window at 4-6x the op it is sized to match, 18.2 ms against both at 6.5
+    ms), so which of them comes out longer is a race (it failed 2 of 8 CI runs, issue 35). That
+    the collective hides behind compute is measured, with a spare core and best of three, by
+    test_a_long_compute_phase_hides_the_collective_with_a_spare_core."""
     output = tmp_path / "overlap.jsonl"
     result = run("all_reduce.py", "--scan", "--maxsize=14", "--overlap", "--raw", "--trials=5",
                  f"--dist={dist}", f"--output={output}", nproc=nproc)
@@ -40,24 +47,20 @@ def test_overlap_columns_are_consistent(run, tmp_path, nproc, dist):
     lines = [json.loads(line) for line in output.read_text().splitlines()]
     meta, found = lines[0], lines[1:]
     assert meta["overlap"] is True and meta["overlap_factor"] == 1.0
-    too_fast = []
     for row, record in zip(overlap_rows(table), found):
         comm, compute, total, pct = row
         assert comm > 0 and compute > 0 and total > 0
         assert 0 <= pct <= 100
         assert pct == pytest.approx(osu(comm, compute, total), abs=0.06)  # printed to 0.1 / 1 us
-        # Doing both cannot take much less than either alone. Not "than the longer": each is
-        # its own window, and beside another test on 2 cores the compute-alone window reads
-        # 4-6x the op it is sized to match (CI: 18.2 ms against 4.05 ms, both 6.5 ms; at 3
-        # ranks three rows alike), which noise does to it and not to the window of both.
-        if total < 0.5 * min(comm, compute):
-            too_fast.append(row)
         figures = record["overlap"]
         assert set(figures) == {"comm_s", "compute_s", "total_s", "overlap_pct"}
         assert figures["comm_s"] * 1e6 == pytest.approx(comm, abs=0.002)
+        assert figures["compute_s"] * 1e6 == pytest.approx(compute, abs=0.002)
+        assert figures["total_s"] * 1e6 == pytest.approx(total, abs=0.002)
+        assert figures["overlap_pct"] == pytest.approx(pct, abs=0.06)
         assert len(record["overlap_pct_per_rank"]) == nproc
         assert all(0 <= p <= 100 for p in record["overlap_pct_per_rank"])
-    assert not too_fast, too_fast
+    assert len(found) == len(table.rows) == 13  # every size of the scan, 2^1 to 2^13 elements
 
 
 def test_overlap_on_every_op_keeps_check_last(run):
