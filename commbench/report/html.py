@@ -316,6 +316,7 @@ def section_of(path):
         try:
             meta, records = results.read_all(path)
         except (OSError, ValueError, KeyError, results.ResultsError) as error:
+            load_run(path)  # its one line on what the file is (a trace, another JSON), if it has one
             raise ReportError(f"{path}: not a results file of this suite ({error})") from None
         if (meta or {}).get("kind") == "strategies":
             chosen = [r for r in records if r.get("type") == "strategy"]

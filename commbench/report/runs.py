@@ -2,6 +2,7 @@
 --raw or not, several ops in one file) and nccl-tests text output, as one `Run` each.
 Standard library only."""
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -68,6 +69,9 @@ def load_run(path):
         kind = results.output_format(path)
     except results.ResultsError:
         kind = None
+    not_ours = what_it_is(text)
+    if not_ours:
+        raise ReportError(f"{path}: {not_ours}")
     if kind:
         meta = _meta(path)
         if meta.get("ops") == ["doctor"]:
@@ -80,10 +84,48 @@ def load_run(path):
                               "not a saved table of this suite; give a run's own stdout (> "
                               "results.txt) or its --output file")
         return _from_table(path, text)
-    if re.search(r"^\s*#\s*size\s+count\s+type", text, re.M) or "nccl-tests" in text.lower():
+    if re.search(r"^\s*#\s*size\s+count\s+type", text, re.M) or \
+            re.search(r"^#.*(nccl-tests|Collective test starting)", text, re.M | re.I):
         return _from_nccl_tests(path, text)
     raise ReportError(f"{path}: neither a results file, a saved table of this suite, nor "
                       "nccl-tests output")
+
+
+# The traces replay.py reads (as commbench.trace.formats.recognise, which imports torch).
+TRACE_NAMES = {"commbench": "a trace of commbench.trace.record",
+               "execution-trace": "a PyTorch execution trace",
+               "param-basic": "a PARAM basic comms trace"}
+READS = "report.py reads --output files, saved tables of this suite and nccl-tests output"
+
+
+def what_it_is(text):
+    """One line for a file that is plainly no run (an HTML page, a trace, an image), or None."""
+    head = text.lstrip()[:512].lower()
+    if head.startswith(("<!doctype html", "<html")):
+        if "<title>commbench report" in head:
+            return "a page report.py html wrote, not a results file: give the runs it shows"
+        return f"an HTML page, not a results file ({READS})"
+    if "png" in head[:5] or head.startswith(("%pdf", "<svg", "<?xml")):
+        return f"an image or a PDF, not a results file ({READS})"
+    if not head.startswith(("{", "[")):
+        return None
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return None
+    found = None
+    if isinstance(document, dict) and document.get("format") == "commbench-trace":
+        found = "commbench"
+    elif isinstance(document, dict) and "nodes" in document and "schema" in document:
+        found = "execution-trace"
+    elif isinstance(document, list) and document and \
+            all(isinstance(entry, dict) for entry in document) and \
+            any("comms" in entry for entry in document):
+        found = "param-basic"
+    if found:
+        return (f"{TRACE_NAMES[found]} (replay.py's input), not a results file: `replay.py "
+                "TRACE_DIR --output replay.jsonl` replays it into one")
+    return None
 
 
 def _meta(path):
@@ -134,7 +176,12 @@ def _from_results(path):
                 run.windows.setdefault(key, {})[r["size_bytes"]] = found
             elif key in run.windows:
                 run.windows[key].pop(r["size_bytes"], None)
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
+    except KeyError as error:
+        raise ReportError(f"{path}: not a results file of this suite (" + (
+            'a JSON document without the "meta" and "results" of one'
+            if error.args and error.args[0] in ("meta", "results") else
+            f"a record without its {error}") + ")") from None
+    except (ValueError, TypeError, AttributeError) as error:
         raise ReportError(f"{path}: not a results file of this suite ({type(error).__name__}: "
                           f"{error})") from None
     except OSError as error:

@@ -1,0 +1,67 @@
+"""Issue 36's slips in report.py, replay.py and the table: each says what it should in one line
+(a file that is no run, a trace file for a directory, ccl without its bindings), prints sizes
+and rules as the rest of the table does, and ends quietly into a closed pipe."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import ROOT
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def report(*args, timeout=60):
+    return subprocess.run([sys.executable, "report.py", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def one_line_error(proc):
+    assert proc.returncode == 1, proc
+    assert proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    return line
+
+
+def commbench_trace(directory):
+    directory.mkdir()
+    calls = [{"index": 0, "op": "all_reduce", "dtype": "float32", "in_numel": 8, "out_numel": 8,
+              "reduce_op": "sum"}]
+    path = directory / "rank0.json"
+    path.write_text(json.dumps({"format": "commbench-trace", "version": 1, "world_size": 1,
+                                "rank": 0, "calls": calls}))
+    return path
+
+
+def test_an_html_page_given_as_a_run_is_named_as_one(tmp_path):
+    page = tmp_path / "report.html"
+    made = report("html", FIXTURES / "curves_2ranks.jsonl", "-o", page)
+    assert made.returncode == 0, made.stderr
+    for command in (["plot", page, "-o", tmp_path / "c.png"],
+                    ["compare", page, FIXTURES / "curves_2ranks.jsonl"]):
+        line = one_line_error(report(*command))
+        assert line == (f"report.py: error: {page}: a page report.py html wrote, not a results "
+                        "file: give the runs it shows"), line
+    other = tmp_path / "notes.html"
+    other.write_text("<!DOCTYPE html>\n<html><body>all_reduce nccl-tests</body></html>\n")
+    line = one_line_error(report("plot", other))
+    assert f"{other}: an HTML page, not a results file" in line and "nccl-tests data" not in line
+
+
+def test_a_trace_given_to_report_is_named_as_a_trace(tmp_path):
+    trace = commbench_trace(tmp_path / "trace")
+    for command in (["plot", trace, "-o", tmp_path / "c.png"], ["compare", trace, trace],
+                    ["html", trace, "-o", tmp_path / "r.html"]):
+        line = one_line_error(report(*command))
+        assert line.startswith(f"report.py: error: {trace}: a trace of commbench.trace.record "
+                               "(replay.py's input), not a results file: `replay.py"), line
+        assert "KeyError" not in line and "'meta'" not in line
+    other = tmp_path / "other.json"
+    other.write_text('{"a": 1}')
+    line = one_line_error(report("plot", other))
+    assert line == (f'report.py: error: {other}: not a results file of this suite (a JSON '
+                    'document without the "meta" and "results" of one)'), line
+    assert not (tmp_path / "r.html").exists()
