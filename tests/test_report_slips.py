@@ -65,3 +65,15 @@ def test_a_trace_given_to_report_is_named_as_a_trace(tmp_path):
     assert line == (f'report.py: error: {other}: not a results file of this suite (a JSON '
                     'document without the "meta" and "results" of one)'), line
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_trace_file_given_to_replay_names_the_directory_it_is_in(tmp_path):
+    trace = commbench_trace(tmp_path / "trace")
+    proc = subprocess.run([sys.executable, "replay.py", str(trace), "--dry-run"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        f"commbench: error: {trace}: a file, not a directory: replay.py reads a directory "
+        "holding one trace file per rank (rank0.json, rank1.json, ...); give the one this file "
+        f"is in: {trace.parent}"), proc.stderr
+    assert "no such directory" not in proc.stderr

@@ -23,6 +23,10 @@ _NUMBER = re.compile(r"(\d+)")
 
 def rank_files(directory):
     """{rank: path} of the trace files in `directory`."""
+    if os.path.isfile(directory):
+        raise TraceError(f"{directory}: a file, not a directory: replay.py reads a directory "
+                         "holding one trace file per rank (rank0.json, rank1.json, ...); give "
+                         f"the one this file is in: {os.path.dirname(directory) or '.'}")
     if not os.path.isdir(directory):
         raise TraceError(f"{directory}: no such directory (replay.py reads a directory holding "
                          "one trace file per rank)")
