@@ -50,7 +50,9 @@ def resolve_device_and_backend(args, ds_accelerator=None):
                              "(or --device is not cuda); use --backend gloo --device cpu")
     if backend == "ccl" and not oneccl.import_bindings():
         raise BenchmarkError("--backend ccl needs oneccl_bindings_for_pytorch, which is not "
-                             "installed; install it or use --backend gloo")
+                             "installed: `make ccl` in the checkout builds it into .venv "
+                             "(another venv: scripts/install-ccl.sh VENV; docs/ccl.md), or use "
+                             "--backend gloo")
     if backend == "mpi" and not torch.distributed.is_mpi_available():
         raise BenchmarkError("--backend mpi: this torch was built without MPI support; "
                              "use --backend gloo (CPU) or nccl (GPU)")

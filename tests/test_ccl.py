@@ -365,7 +365,8 @@ def test_ccl_without_bindings_is_one_line(no_bindings, dist):
     assert result.returncode == 1, result
     ours = [line for line in result.stderr.splitlines() if line.startswith("commbench: error:")]
     assert ours == ["commbench: error: --backend ccl needs oneccl_bindings_for_pytorch, which is "
-                    "not installed; install it or use --backend gloo"], result
+                    "not installed: `make ccl` in the checkout builds it into .venv (another "
+                    "venv: scripts/install-ccl.sh VENV; docs/ccl.md), or use --backend gloo"], result
     assert "Traceback" not in result.stderr and result.tables == []
 
 
