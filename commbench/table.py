@@ -60,7 +60,11 @@ def convert_size(size_bytes):
     index = 0
     while size_bytes >= 1024 ** (index + 1) and index < len(names) - 1:
         index += 1
-    return f"{round(size_bytes / 1024 ** index, 2)} {names[index]}"
+    shown = round(size_bytes / 1024 ** index, 2)
+    if shown >= 1024 and index < len(names) - 1:  # 1048572 B: 1.0 MB, as its neighbours, not 1024.0 KB
+        index += 1
+        shown = round(size_bytes / 1024 ** index, 2)
+    return f"{shown} {names[index]}"
 
 
 def get_metric_strings(args, tput, busbw, duration):

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from support import ROOT
+from commbench import table
+from commbench.report import compare, html
+from support import ROOT, launch
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -77,3 +79,24 @@ def test_a_trace_file_given_to_replay_names_the_directory_it_is_in(tmp_path):
         "holding one trace file per rank (rank0.json, rank1.json, ...); give the one this file "
         f"is in: {trace.parent}"), proc.stderr
     assert "no such directory" not in proc.stderr
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("size,text", [(1048572, "1.0 MB"), (1048575, "1.0 MB"),
+                                       (1024 ** 3 - 4, "1.0 GB"), (1023 * 1024, "1023.0 KB"),
+                                       (1024, "1.0 KB"), (1 << 20, "1.0 MB"), (1023, "1023.0 B")])
+def test_a_size_that_rounds_to_1024_of_a_unit_is_shown_in_the_next(size, text):
+    assert table.convert_size(size) == text
+    assert html.human_size(size) == text.replace("1023.0 B", "1023 B")
+    assert compare.human_size(size) == text.replace(".0", "").replace("B", "iB") \
+        .replace(" iB", " B")
+
+
+def test_reduce_scatter_on_3_ranks_prints_its_megabyte_as_the_others(run):
+    # 1 MiB in elements divisible by 3 ranks: 1048572 B, once printed 1024.0 KB beside 2.0 MB
+    result = run("reduce_scatter.py", "--min-bytes=1M", "--max-bytes=2M", "--trials=1",
+                 "--warmups=1", nproc=3)
+    assert result.returncode == 0, result
+    rows = result.table("reduce_scatter").rows
+    assert [(r.size, r.description) for r in rows] == [("1.0 MB", "262143x4"),
+                                                         ("2.0 MB", "524286x4")], result

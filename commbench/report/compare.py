@@ -170,7 +170,8 @@ def compare(a, b, threshold, noise=0.05):
 
 def human_size(size):
     for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
+        # a size that rounds to 1024 of a unit (1048572 B) is shown in the next, as 1 MiB
+        if (size < 1024 and (unit == "B" or float(f"{size:.4g}") < 1024)) or unit == "GiB":
             return f"{size:g} {unit}" if unit == "B" else f"{size:.4g} {unit}"
         size /= 1024
 

@@ -72,7 +72,8 @@ def curves(runs):
 
 def human_size(size):
     for unit in ("B", "KB", "MB", "GB", "TB"):
-        if size < 1024 or unit == "TB":
+        # a size that rounds to 1024 of a unit (1048572 B) is shown in the next, as 1.0 MB
+        if (size < 1024 and (unit == "B" or round(size, 1) < 1024)) or unit == "TB":
             return f"{size:.1f} {unit}" if unit != "B" else f"{size:g} B"
         size /= 1024
 
