@@ -147,7 +147,9 @@ def parse_tables(stdout):
         if match:
             *columns, extra = split_row(lines[i + 1])
             columns += extra
-            assert lines[i + 2] == "-" * 100, f"no dash line under the header:\n{stdout}"
+            # 100 dashes under the original's columns (SPEC §6); a wider table's span its columns
+            width = len(lines[i + 1].rstrip()) if extra else 100
+            assert lines[i + 2] == "-" * width, f"no dash line under the header:\n{stdout}"
             qualifiers = {}
             for part in match.group(3).split(", ")[1:]:
                 group = GROUP.fullmatch(part)

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -100,3 +101,36 @@ def test_reduce_scatter_on_3_ranks_prints_its_megabyte_as_the_others(run):
     rows = result.table("reduce_scatter").rows
     assert [(r.size, r.description) for r in rows] == [("1.0 MB", "262143x4"),
                                                          ("2.0 MB", "524286x4")], result
+
+
+ORIGINAL_TITLE = "---- Performance of all_reduce on 2 devices " + "-" * 57
+
+
+def test_the_original_table_keeps_its_rules_and_a_wider_one_spans_its_columns(run):
+    plain = run("all_reduce.py", "--scan", "--maxsize=4", "--trials=1", "--warmups=1", nproc=2)
+    assert plain.returncode == 0, plain
+    lines = plain.stdout.splitlines()
+    at = lines.index(ORIGINAL_TITLE)  # SPEC §6, the original's line byte for byte
+    assert lines[at + 2] == "-" * 100, plain
+    wide = run("all_reduce.py", "--scan", "--maxsize=4", "--trials=1", "--warmups=1", "--stats",
+               "--check", nproc=2)
+    assert wide.returncode == 0, wide
+    lines = wide.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("---- Performance of"))
+    title, columns, rule, rows = lines[at], lines[at + 1], lines[at + 2], lines[at + 3:]
+    width = len(columns.rstrip())
+    assert columns.rstrip().endswith("Wrong") and width > 100
+    assert rule == "-" * width and len(title) == width, wide
+    assert title == "---- Performance of all_reduce on 2 devices ".ljust(width, "-")
+    assert rows and all(len(row.rstrip()) <= width for row in rows if row.strip()), wide
+    assert wide.table("all_reduce").rows  # and the tests' parser reads it
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("qualifiers", [(), ("dtype bfloat16",), ("dtype bfloat16", "op max")])
+def test_a_title_with_qualifiers_grows_no_longer_than_the_originals(qualifiers):
+    args = SimpleNamespace(raw=False, bw_unit="Gbps", time_budget=None, stats=False, check=False)
+    _, title, _, rule = table.header_text(args, "all_reduce", 2, qualifiers).splitlines()
+    assert len(title) == len(ORIGINAL_TITLE) and rule == "-" * 100
+    assert title.startswith(ORIGINAL_TITLE.rstrip("-")[:-1] + "".join(f", {q}" for q in qualifiers)
+                            + " ---")
