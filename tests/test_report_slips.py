@@ -134,3 +134,16 @@ def test_a_title_with_qualifiers_grows_no_longer_than_the_originals(qualifiers):
     assert len(title) == len(ORIGINAL_TITLE) and rule == "-" * 100
     assert title.startswith(ORIGINAL_TITLE.rstrip("-")[:-1] + "".join(f", {q}" for q in qualifiers)
                             + " ---")
+
+
+def test_pt2pt_headers_say_the_devices_the_readme_says(run):
+    for pairs, devices in (("one", 2), ("all", 4)):
+        result = run("pt2pt.py", "--scan", "--maxsize=3", "--trials=1", "--warmups=1",
+                     f"--pairs={pairs}", nproc=4)
+        assert result.returncode == 0, result
+        assert result.table("pt2pt").devices == devices, result
+    for page in ("README.md", "docs/running.md"):
+        text = " ".join((ROOT / page).read_text().split())
+        assert "always says 2 devices" not in text, page
+        assert "pt2pt's header says 2 devices with the default `--pairs one`" in text, page
+        assert "and the world size with `--pairs all` or `across`" in text, page
