@@ -3,6 +3,7 @@
 and rules as the rest of the table does, and ends quietly into a closed pipe."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +148,24 @@ def test_pt2pt_headers_say_the_devices_the_readme_says(run):
         assert "always says 2 devices" not in text, page
         assert "pt2pt's header says 2 devices with the default `--pairs one`" in text, page
         assert "and the world size with `--pairs all` or `across`" in text, page
+
+
+@pytest.mark.parametrize("args", [["compare", FIXTURES / "curves_2ranks.jsonl",
+                                   FIXTURES / "all_reduce_perf.txt"],
+                                  ["compare", FIXTURES / "curves_2ranks.jsonl",
+                                   FIXTURES / "curves_2ranks.jsonl", "--format", "json"],
+                                  ["--help"]])
+def test_report_into_a_pipe_closed_early_ends_quietly(args):
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line (`| head` that already quit)
+    try:
+        proc = subprocess.run([sys.executable, "report.py", *map(str, args)], cwd=ROOT,
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+    # and a real pipeline: `report.py compare ... | head -1`
+    shell = subprocess.run(f"{sys.executable} report.py compare {FIXTURES}/curves_2ranks.jsonl "
+                           f"{FIXTURES}/all_reduce_perf.txt | head -1", shell=True, cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+    assert shell.stdout.startswith("A: ") and "Traceback" not in shell.stderr, shell.stderr

@@ -22,6 +22,7 @@ from commbench.report import buckets, doctor, html, measured, replays, strategy
 from commbench.report.compare import compare, layouts, render, render_layouts
 from commbench.report.plot import plot
 from commbench.report.runs import ReportError, load_run
+from commbench.table import output_failure
 
 PROG = "report.py"
 
@@ -41,6 +42,18 @@ _percent = float_in(-1e-9, 100, "a percentage in [0, 100]")
 
 
 def main(argv=None):
+    """The command's exit status; a reader that closed stdout early (`| head`) ends it quietly,
+    with status 0, as replay.py --dry-run does (commbench.table.output_failure)."""
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe would print a traceback
+        return status
+    except BrokenPipeError as error:
+        output_failure(error, sys.stdout, "the report")  # stdout is /dev/null from here on
+        return 0
+
+
+def _main(argv=None):
     parser = _Parser(prog=prog(PROG), description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     cmp = commands.add_parser("compare", help="compare two runs size by size (or, given one run of "
