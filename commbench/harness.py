@@ -20,7 +20,8 @@ from .guard import (RESULTS_LOCK, agree_to_go_on, deadline, guard_stop_signals, 
                     rank_for_messages, say)
 from .layer import processor_model
 from .memory import MemoryMeter
-from .sizes import allocate, cap_sweep, plan_single_size, sweep_numels
+from .progress import open_progress
+from .sizes import allocate, cap_sweep, plan_single_size, refuse_past_ceiling, sweep_numels
 from .table import (duration_text, emit_or_stop, extra_columns, note, output_failure, print_header,
                     print_row)
 from . import groups as grouping, overlap, precision, provenance
@@ -284,16 +285,17 @@ def _overlap(collective, input, output, count, args, comm):
                            getattr(args, "overlap_factor", 1.0))
 
 
-def _progress(comm, op_name, total):
-    """A progress bar over the windows of an op's sizes (total None: not known ahead, as under
-    --precision), on rank 0 when stderr is a terminal; else None."""
-    if comm.global_rank != 0 or (total is not None and total < 2) or not sys.stderr.isatty():
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc=op_name, unit="size", leave=False, file=sys.stderr)
+def refuse_oversized_sweeps(collectives, args, comm):
+    """run_all.py, before its first op: a sweep past its ceiling (sizes.refuse_past_ceiling) is
+    refused before anything is measured, not once the ops before it ran. Under --groups or
+    --split each op's sizes follow its groups, and each op checks its own (cap_sweep)."""
+    if not args.scan or getattr(args, "groups", None) or getattr(args, "split", None):
+        return
+    for one in runs_per_dtype(args, comm):
+        for collective in collectives:
+            if comm.world_size >= collective.min_world_size:
+                refuse_past_ceiling(collective, sweep_numels(collective, one, comm.world_size),
+                                    one, comm)
 
 
 def runs_per_dtype(args, comm):
@@ -378,7 +380,33 @@ def _run_sizes(collective, args, comm, dtype_shown):
     schedule = precision.Schedule(args, comm, len(numels), groups) if adaptive else \
         precision.FixedPasses(getattr(args, "repeat", 1), len(numels))
     records, windows = [], {numel: [] for numel in numels}
-    bar = _progress(comm, collective.name, None if adaptive else len(numels) * schedule.repeat)
+    element_size = get_dtype(args.dtype).itemsize
+    bar = open_progress(comm, collective.name, [numel * element_size for numel in numels],
+                        None if adaptive else len(numels) * schedule.repeat)
+    try:
+        numels = _measure_passes(collective, args, comm, numels, schedule, windows, records,
+                                 bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    if adaptive:
+        precision.note_shortfalls(collective.name, args, comm, records, schedule.shortfalls(),
+                                  numels)
+    if comm.layout is not None:  # the other groups' tables, rows as measured
+        for index in range(1, len(groups)):
+            header(index)
+            for row in comm.layout.pending.pop(index, []):
+                print_row(args, comm, *row)
+    if kind == "split":
+        _aggregate(collective, args, comm, len(groups), qualifiers, sum(map(len, groups)))
+    return records
+
+
+def _measure_passes(collective, args, comm, numels, schedule, windows, records, bar):
+    """The windows of every pass over the sizes (records: the rows' records, appended; windows:
+    each size's earlier windows); the sizes left, fewer when an allocation failed."""
+    adaptive = getattr(args, "precision", None) is not None
+    groups = comm.group_layout[1]
     for number, positions, last in schedule.passes():
         for position in positions:
             numel = numels[position]
@@ -388,6 +416,8 @@ def _run_sizes(collective, args, comm, dtype_shown):
                                         "peer rank likely died or is stuck (see its log)"):
                 try:
                     agree_to_go_on(comm)
+                    if bar is not None:
+                        bar.begin(position)
                     started = time.perf_counter()
                     meter = MemoryMeter(comm)
                     buffers = allocate(collective, numel, args, comm)
@@ -416,20 +446,8 @@ def _run_sizes(collective, args, comm, dtype_shown):
                     raise BenchmarkError(f"{where} failed: {reason}", rank_local=True) from None
                 del buffers
             if bar is not None:
-                bar.update(1)
-    if bar is not None:
-        bar.close()
-    if adaptive:
-        precision.note_shortfalls(collective.name, args, comm, records, schedule.shortfalls(),
-                                  numels)
-    if comm.layout is not None:  # the other groups' tables, rows as measured
-        for index in range(1, len(groups)):
-            header(index)
-            for row in comm.layout.pending.pop(index, []):
-                print_row(args, comm, *row)
-    if kind == "split":
-        _aggregate(collective, args, comm, len(groups), qualifiers, sum(map(len, groups)))
-    return records
+                bar.update()
+    return numels
 
 
 def _aggregate(collective, args, comm, count, qualifiers, shown):

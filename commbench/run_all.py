@@ -17,6 +17,7 @@ def main(args, rank):
     ops = chosen or list(defaults.DEFAULT_OPS)
     collectives = [registry.descriptor(op) for op in ops]
     comm = harness.init_processes(rank, args, ops=ops)
+    harness.refuse_oversized_sweeps(collectives, args, comm)
     for collective in collectives:
         if not named and comm.world_size < collective.min_world_size:
             # Asked for "everything": skip what this world cannot run rather than fail.

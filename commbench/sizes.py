@@ -9,7 +9,7 @@ from . import defaults
 from .check import CHECK_RESERVE
 from .collective import GATHERED, SPLIT, WHOLE
 from .dtypes import get_dtype
-from .errors import BenchmarkError
+from .errors import BenchmarkError, UsageError
 from .memory import free_device_memory, per_rank_memory, rank_memory_now
 from .table import note
 
@@ -56,8 +56,8 @@ def _sweep_flag(args):
 
 
 def _human(nbytes):
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if nbytes < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if nbytes < 1024 or unit == "TiB":
             return f"{nbytes:.1f} {unit}" if unit != "B" else f"{nbytes} B"
         nbytes /= 1024
 
@@ -69,6 +69,7 @@ def cap_sweep(collective, numels, args, comm):
     at its first failed allocation. Every rank calls this (one agreement on the memory)."""
     if not collective.payload or not numels:
         return numels
+    refuse_past_ceiling(collective, numels, args, comm)
     memory, source = per_rank_memory(comm)
     usable = int(comm.min_over_ranks(free_device_memory(comm, memory))
                  * defaults.USABLE_MEMORY_FRACTION)
@@ -142,6 +143,48 @@ def _fitting_numel(collective, elements, n):
     return n * _power_of_two_below(elements / n)
 
 
+def memory_factor(collective, args, comm):
+    """The share of a rank's memory that one message of `collective` may take (SPEC §4)."""
+    if collective.size_rule == WHOLE:
+        return 2 * args.mem_factor  # no output buffer, so twice the share
+    if collective.size_rule == GATHERED and comm.one_tensor_all_gather:
+        return args.mem_factor + defaults.ALL_GATHER_ONE_TENSOR_EXTRA_FACTOR
+    return args.mem_factor
+
+
+def _largest_within(collective, args, comm, ceiling, element_size):
+    """The flag value of the largest sweep whose messages stay within `ceiling` bytes."""
+    if getattr(args, "min_bytes", None) is not None:
+        return f"--max-bytes {ceiling}"
+    n, maxsize = comm.world_size, args.maxsize
+    while maxsize > defaults.MIN_MAXSIZE and n * 2 ** (maxsize - 1) * element_size > ceiling:
+        maxsize -= 1
+    return f"--maxsize {maxsize}"
+
+
+def refuse_past_ceiling(collective, numels, args, comm):
+    """A sweep asks for no message larger than the one the single-size run of the same op would
+    measure: --mem-factor of a rank's memory (SPEC §4's rule, 0.3 by default: twice that for an
+    op without an output buffer). Past it, one line naming the flags, exit status 2, before
+    anything is allocated: on a machine shared with other work a sweep must not take what is
+    not its own (--maxsize 40 once held 8.6 GB a rank for minutes). Every rank calls this."""
+    if not collective.payload or not numels:
+        return
+    memory, source = per_rank_memory(comm)
+    element_size = get_dtype(args.dtype).itemsize
+    factor = memory_factor(collective, args, comm)
+    ceiling = int(memory * factor)
+    asked = max(numels) * element_size
+    if asked <= ceiling:
+        return
+    within = _largest_within(collective, args, comm, ceiling, element_size)
+    lift = " (at most 1)" if args.mem_factor < 1 else ""
+    raise UsageError(f"{_sweep_flag(args)} asks {collective.name} for {_human(asked)} per rank, "
+                     f"past a sweep's ceiling of {_human(ceiling)} ({factor:g} x the "
+                     f"{_human(memory)} a rank has: {source}; --mem-factor {args.mem_factor:g}); "
+                     f"{within} stays within it, a larger --mem-factor{lift} raises it")
+
+
 def plan_single_size(collective, args, comm):
     """(E, plan line) of a single-size run.
 
@@ -157,12 +200,7 @@ def plan_single_size(collective, args, comm):
                  * defaults.USABLE_MEMORY_FRACTION)
     element_size = get_dtype(args.dtype).itemsize
     n = comm.world_size
-    if collective.size_rule == WHOLE:
-        factor = 2 * args.mem_factor  # no output buffer, so twice the share
-    elif collective.size_rule == GATHERED and comm.one_tensor_all_gather:
-        factor = args.mem_factor + defaults.ALL_GATHER_ONE_TENSOR_EXTRA_FACTOR
-    else:
-        factor = args.mem_factor
+    factor = memory_factor(collective, args, comm)
     budget = memory * factor
     numel = _round_numel(collective, budget / element_size, n)
     need, parts, reserve = footprint(collective, numel, element_size, args, comm)

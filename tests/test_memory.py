@@ -91,29 +91,30 @@ CAP = re.compile(r"commbench: --maxsize (\d+): (\w+)'s buffers fit the (\d+) B a
 
 
 def test_scan_stops_before_the_limit(tmp_path):
-    """A scan to --maxsize 40 is capped before it starts, per op, at the largest size whose
-    footprint fits what a rank may use (an allocation would succeed; touching its pages would
-    bring the OOM killer): one note per op naming the flag, the rows kept and recorded, the next
-    op runs, exit 0."""
+    """A scan within its ceiling (--mem-factor 1: the whole of a rank's memory for one message)
+    whose buffers and copies cannot fit is capped before it starts, per op, at the largest size
+    whose footprint fits what a rank may use (an allocation would succeed; touching its pages
+    would bring the OOM killer): one note per op naming the flag, the rows kept and recorded,
+    the next op runs, exit 0. (Past the ceiling, the sweep is refused: test_sweep_limits.py.)"""
     output = tmp_path / "scan.csv"
     with memory_cgroup(1500 * MIB) as group:
-        result = launch("run_all.py", "--scan", "--maxsize=40", "--trials=1", "--warmups=0",
-                        "--dist=torch", "--all-gather", "--all-reduce", f"--output={output}",
-                        nproc=2, preexec_fn=group.enter)
+        result = launch("run_all.py", "--scan", "--maxsize=27", "--mem-factor=1", "--trials=1",
+                        "--warmups=0", "--dist=torch", "--all-gather", "--reduce-scatter",
+                        f"--output={output}", nproc=2, preexec_fn=group.enter)
         kills = group.oom_kills()
     assert result.returncode == 0 and kills == 0, result
     assert_no_traceback(result)
-    assert result.ops == ["all_reduce", "all_gather"]
+    assert result.ops == ["all_gather", "reduce_scatter"]
     caps = [CAP.fullmatch(line) for line in result.stderr.splitlines() if "the sweep stops" in line]
     assert len(caps) == 2 and all(caps), result
     for table, cap in zip(result.tables, caps):
         maxsize, op, usable, source, numel, short = cap.groups()
-        assert (maxsize, op) == ("40", table.op)
+        assert (maxsize, op) == ("27", table.op)
         assert "cgroup memory limit" in source
         rows = len(table.rows)
-        assert 15 <= rows < 30, result  # hundreds of MB per rank, not the 2^39 of --maxsize 40
+        assert 15 <= rows < 26, result  # tens or hundreds of MB per rank, not 512 MiB
         assert [row.numel for row in table.rows] == [2 * 2 ** p for p in range(1, rows + 1)]
-        assert int(numel) == table.rows[-1].numel and int(short) == 39 - rows
+        assert int(numel) == table.rows[-1].numel and int(short) == 26 - rows
         footprint = CPU_FOOTPRINT[table.op](2)
         assert int(numel) * 4 * footprint + 64 * MIB <= int(usable)  # the last fits
         assert 2 * int(numel) * 4 * footprint + 64 * MIB > int(usable)  # the next would not
