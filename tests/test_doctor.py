@@ -72,7 +72,7 @@ def verdict_of(path, shown=""):
 
 def findings(stderr):
     return [line for line in stderr.splitlines()
-            if line.startswith(("commbench: suspect ", "commbench: unreachable "))]
+            if line.startswith(("commbench: slow ", "commbench: unreachable "))]
 
 
 @serial
@@ -118,7 +118,10 @@ def test_three_hosts_of_two_ranks_healthy(hosts, tmp_path):
 
 @serial
 def test_a_slow_host_is_named_and_only_it(hosts, tmp_path):
-    """And report.py plot draws the run: three heatmaps of the hosts, the suspect in the title."""
+    """Its line says what is slow; the verdict ends with the hosts to leave out (Slurm's
+    --exclude last), and a line says exit status 1 is the verdict before any launcher's error
+    lines. And report.py plot draws the run: three heatmaps of the hosts, the suspect in the
+    title."""
     name, subnet = hosts(4)
     slow_host(name, 3)
     output = tmp_path / "slow.jsonl"
@@ -128,10 +131,23 @@ def test_a_slow_host_is_named_and_only_it(hosts, tmp_path):
     assert (final["suspect_hosts"], final["suspect_links"], final["unreachable"]) == \
         ([f"{name}3"], [], [])
     (line,) = findings(stderrs[0])
-    assert line.startswith(f"commbench: suspect host {name}3: its links' bandwidth ") and \
+    assert line.startswith(f"commbench: slow host {name}3 (bandwidth of its links to the other "
+                           "hosts): its links' bandwidth ") and \
         "the other hosts' median" in line and "retested against" in line, line
     row = next(r for r in stdout.splitlines() if r.startswith(f"{name}3 "))
     assert row.endswith("SUSPECT")
+    tail = stdout.rstrip("\n").splitlines()
+    assert tail[-5:] == [
+        f"  leave out {name}3, then run doctor.py again on the rest:",
+        f"    hostfile (mpirun --hostfile, deepspeed --hostfile): delete the lines of {name}3",
+        f"    deepspeed: --exclude={name}3", f"    torchrun: start no node on {name}3",
+        f"    Slurm (sbatch, salloc, srun): --exclude={name}3"], stdout
+    assert final["exclude"] == [f"{name}3"] and final["what_to_do"][-1] == tail[-1]
+    for err in stderrs:  # each host's log: before torchrun's own lines
+        said = [i for i, text in enumerate(err.splitlines()) if "exits with status 1: its " +
+                "verdict (something is suspect or unreachable" in text and "not a crash" in text]
+        failed = [i for i, text in enumerate(err.splitlines()) if "exitcode  : 1" in text]
+        assert len(said) == 1 and failed and said[0] < failed[0], err
     from commbench.report.doctor import heatmap
     figure = heatmap(str(output), str(tmp_path / "h.png"))
     assert (tmp_path / "h.png").stat().st_size > 20_000
@@ -149,7 +165,8 @@ def test_a_slow_host_is_named_and_only_it(hosts, tmp_path):
     assert made.returncode == 0, made.stderr
     text = page.read_text()
     assert text.count("<svg") == 1 and "latency one way (us)" in text
-    assert f"suspect host {name}3: its links" in text and "1 finding(s)" in text
+    assert f"slow host {name}3 (bandwidth of its links to the other hosts): its links" in text
+    assert "1 finding(s)" in text
 
 
 @serial
@@ -163,7 +180,8 @@ def test_a_slow_link_is_named_and_neither_of_its_hosts(hosts, tmp_path):
     assert (final["suspect_hosts"], final["suspect_links"], final["unreachable"]) == \
         ([], [[f"{name}1", f"{name}2"]], [])
     (line,) = findings(stderrs[0])
-    assert line.startswith(f"commbench: suspect link {name}1-{name}2: ") and "retested" in line
+    assert line.startswith(f"commbench: slow link {name}1-{name}2 (bandwidth between these two "
+                           "hosts only): ") and "retested" in line
 
 
 @serial
@@ -197,8 +215,8 @@ def test_a_host_killed_mid_check_is_named_unreachable(hosts, tmp_path):
     assert f"commbench: host {name}4 is unreachable: rank 3 did not answer within --timeout 10 s" \
         in stderr, stderr
     (line,) = findings(stderr)
-    assert line.startswith(f"commbench: unreachable host {name}4: rank 3 did not answer within "
-                           "--timeout 10 s (round "), line
+    assert line.startswith(f"commbench: unreachable host {name}4 (no answer): rank 3 did not "
+                           "answer within --timeout 10 s (round "), line
     measured = {tuple(r["hosts"]) for r in records
                 if r.get("phase") == "pairs" and "failed" not in r}
     assert {(f"{name}1", f"{name}2"), (f"{name}1", f"{name}3"), (f"{name}2", f"{name}3")} <= \

@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 
-from commbench.doctor import schedule, verdict
+from commbench.doctor import render, schedule, verdict
 from commbench.doctor.verdict import Figures, Host, Link
 
 pytestmark = pytest.mark.fast
@@ -203,3 +203,128 @@ def test_unreachable_hosts_are_named_after_the_others_and_left_out_of_the_yardst
     found = verdict.confirm(f, verdict.first_pass(f))
     assert [(x.kind, x.hosts, x.text) for x in found.findings] == \
         [("unreachable", (3,), "did not answer within --timeout")]
+
+
+# --------------------------------------------------------------------------- what it says
+
+def named_lines(f):
+    """The finding lines of a check on `f` whose suspects its retest confirms (the retests are
+    the first pass's figures again)."""
+    judgement = verdict.first_pass(f)
+    f.retests = {pair: f.links[pair] for pair in verdict.retest_pairs(f, judgement)}
+    f.hosts_retest = dict(f.hosts)
+    return judgement, verdict.confirm(f, judgement)
+
+
+def test_each_kind_of_finding_opens_its_line_in_its_own_words():
+    cases = {}
+    f = figures(4, slow=links_of_host(2, 4, 24.0))
+    cases["host links bw"] = (f, named_lines(f)[1])
+    f = figures(4)
+    for pair in f.links:
+        if 3 in pair:
+            f.links[pair].latency_s = 200e-6  # 10x the others' 20 us
+    cases["host links lat"] = (f, named_lines(f)[1])
+    f = figures(4)
+    f.hosts[1].busbw_Bps = 40 * GBPS
+    cases["host intra bw"] = (f, named_lines(f)[1])
+    f = figures(4)
+    f.hosts[1].latency_s = 100e-6
+    cases["host intra lat"] = (f, named_lines(f)[1])
+    f = figures(4, slow={(1, 3): 16.0})
+    cases["link bw"] = (f, named_lines(f)[1])
+    f = figures(4)
+    f.links[(0, 2)].latency_s = 100e-6
+    cases["link lat"] = (f, named_lines(f)[1])
+    f = figures(4)
+    f.unreachable, f.unreachable_why = {3}, {3: "rank 3 did not answer within --timeout 10 s"}
+    cases["unreachable"] = (f, verdict.confirm(f, verdict.first_pass(f)))
+    lines = {case: render.findings(f, found) for case, (f, found) in cases.items()}
+    heads = {case: [line.split(": ", 1)[0] for line in found] for case, found in lines.items()}
+    assert heads == {
+        "host links bw": ["slow host n2 (bandwidth of its links to the other hosts)"],
+        "host links lat": ["slow host n3 (latency of its links to the other hosts)"],
+        "host intra bw": ["slow host n1 (bandwidth among its own ranks)"],
+        "host intra lat": ["slow host n1 (latency among its own ranks)"],
+        "link bw": ["slow link n1-n3 (bandwidth between these two hosts only)"],
+        "link lat": ["slow link n0-n2 (latency between these two hosts only)"],
+        "unreachable": ["unreachable host n3 (no answer)"]}, lines
+    assert lines["link bw"][0].split(": ", 1)[1].startswith("16 Gbps, 0.20x the median of n1's")
+    assert lines["unreachable"] == ["unreachable host n3 (no answer): rank 3 did not answer "
+                                    "within --timeout 10 s"]
+    assert len({head for found in heads.values() for head in found}) == len(heads)
+
+
+def test_hostlist_is_slurms_compressed_form():
+    assert render.hostlist(["n3"]) == "n3"
+    assert render.hostlist(["n3", "n7"]) == "n[3,7]"
+    assert render.hostlist(["n7", "n1", "n2", "n3", "n5"]) == "n[1-3,5,7]"
+    assert render.hostlist(["gpu01", "gpu02", "gpu03"]) == "gpu[01-03]"  # widths kept
+    assert render.hostlist(["a", "n9", "n10", "x.y", "r2n4"]) == "a,n[9-10],x.y,r2n4"
+    assert render.hostlist([]) == ""
+
+
+def test_a_slow_host_ends_the_verdict_with_ready_exclude_lines():
+    f = figures(4, slow=links_of_host(2, 4, 24.0))
+    judgement, found = named_lines(f)
+    lines = render.report(f, found, 1)
+    assert lines[-6:] == [
+        "What to do:",
+        "  leave out n2, then run doctor.py again on the rest:",
+        "    hostfile (mpirun --hostfile, deepspeed --hostfile): delete the lines of n2",
+        "    deepspeed: --exclude=n2",
+        "    torchrun: start no node on n2",
+        "    Slurm (sbatch, salloc, srun): --exclude=n2"]
+    record = render.verdict_record(f, found)
+    assert (record["suspect_hosts"], record["suspect_links"], record["unreachable"]) == \
+        (["n2"], [], [])
+    assert record["exclude"] == ["n2"] and record["exclude_hostlist"] == "n2"
+    assert record["what_to_do"] == lines[-6:]
+
+
+def test_slow_and_unreachable_hosts_are_left_out_together_as_one_hostlist():
+    f = figures(6, slow=links_of_host(1, 6, 8.0))
+    f.unreachable, f.unreachable_why = {3, 5}, {}
+    _, found = named_lines(f)
+    assert [(x.kind, x.hosts) for x in found.findings] == \
+        [("host", (1,)), ("unreachable", (3,)), ("unreachable", (5,))]
+    advice = render.advice(f, found)
+    assert advice[1] == "  leave out n1, n3, n5, then run doctor.py again on the rest:"
+    assert advice[3] == "    deepspeed: --exclude=n1@n3@n5"
+    assert advice[-1] == "    Slurm (sbatch, salloc, srun): --exclude=n[1,3,5]"
+    assert render.verdict_record(f, found)["exclude"] == ["n1", "n3", "n5"]
+
+
+def test_a_slow_link_says_to_leave_out_one_of_its_two_hosts_the_common_one_first():
+    f = figures(6, slow={(1, 3): 16.0})
+    _, found = named_lines(f)
+    assert render.advice(f, found) == [
+        "What to do:",
+        "  link n1-n3: a cable, port or route between these two, not either host: report it; "
+        "to run now, leave out one of the two: --exclude=n1 (or --exclude=n3), then run "
+        "doctor.py again"]
+    assert render.verdict_record(f, found)["exclude"] == []  # no host is to blame
+    f = figures(6, slow={(1, 4): 16.0, (2, 4): 16.0})
+    _, found = named_lines(f)
+    assert [(x.kind, x.hosts) for x in found.findings] == [("link", (1, 4)), ("link", (2, 4))]
+    advice = render.advice(f, found)
+    assert advice[1].endswith("leave out one of the two (n4 is in 2 of the slow links): "
+                              "--exclude=n4 (or --exclude=n1), then run doctor.py again")
+
+
+def test_a_healthy_verdict_says_there_is_nothing_to_do():
+    f = figures(4)
+    found = verdict.confirm(f, verdict.first_pass(f))
+    lines = render.report(f, found, 1)
+    assert lines[-2].startswith("Verdict: healthy (4 hosts, 6 links;")
+    assert lines[-1] == "What to do: nothing; every host and link is in line with its peers."
+    record = render.verdict_record(f, found)
+    assert record["healthy"] and record["exclude"] == [] and record["exclude_hostlist"] == ""
+
+
+def test_exit_status_one_is_said_to_be_the_verdict_not_a_crash():
+    line = render.exit_line(1)
+    assert line.startswith("doctor.py exits with status 1: its verdict (something is suspect or "
+                           "unreachable") and "not a crash" in line
+    assert "exits with return code = 1" in line  # the deepspeed launcher's words, named
+    assert render.exit_line(1, "n2").startswith("doctor.py on n2 exits with status 1:")

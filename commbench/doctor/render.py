@@ -1,6 +1,7 @@
 """What a check prints (rank 0): on stdout a table per host, the pair matrices (bandwidth and
 latency) and the verdict; on stderr one line per finding; and the verdict record."""
 
+import re
 import statistics
 
 
@@ -64,20 +65,119 @@ def report(figures, judgement, per_host):
         lines.append(f"Verdict: healthy ({checked}; nothing below {figures.fraction:g} of its "
                      "peers' median)")
     lines += [f"  ({line})" for line in judgement.cleared]
+    lines += advice(figures, judgement)
     return lines
+
+
+# What each kind of finding is, in the words that open its line: a slow host (by its links, or
+# among its own ranks), a slow link, an unreachable host; and whether bandwidth or latency.
+KINDS = {
+    ("host", False, "bandwidth"): "slow host {name} (bandwidth of its links to the other hosts)",
+    ("host", False, "latency"): "slow host {name} (latency of its links to the other hosts)",
+    ("host", True, "bandwidth"): "slow host {name} (bandwidth among its own ranks)",
+    ("host", True, "latency"): "slow host {name} (latency among its own ranks)",
+    ("link", False, "bandwidth"): "slow link {name} (bandwidth between these two hosts only)",
+    ("link", False, "latency"): "slow link {name} (latency between these two hosts only)",
+}
+
+
+def label(figures, finding):
+    """The opening words of a finding's line: its kind, its host or link, what is slow."""
+    if finding.kind == "unreachable":
+        return f"unreachable host {figures.names[finding.hosts[0]]} (no answer)"
+    name = figures.pair(*finding.hosts) if finding.kind == "link" else \
+        figures.names[finding.hosts[0]]
+    words = KINDS.get((finding.kind, finding.intra, finding.measure or "bandwidth"))
+    return words.format(name=name)
 
 
 def findings(figures, judgement):
     """One line per finding, with host names and the figure that condemned it."""
-    out = []
-    for finding in judgement.findings:
-        if finding.kind == "host":
-            out.append(f"suspect host {figures.names[finding.hosts[0]]}: {finding.text}")
-        elif finding.kind == "link":
-            out.append(f"suspect link {figures.pair(*finding.hosts)}: {finding.text}")
+    return [f"{label(figures, finding)}: {finding.text}" for finding in judgement.findings]
+
+
+def hostlist(names):
+    """Slurm's hostlist of `names`, as --exclude, -w and scontrol take it: n3, n7 -> n[3,7];
+    n1, n2, n3 -> n[1-3]; zero-padded numbers keep their width (n01, n02 -> n[01-02]); a name
+    that does not end in a number is left as it is."""
+    groups, order = {}, []
+    for name in names:
+        match = re.fullmatch(r"(.*\D)(\d+)", name)
+        if not match:
+            key = (name, None)
         else:
-            out.append(f"unreachable host {figures.names[finding.hosts[0]]}: {finding.text}")
+            prefix, digits = match.groups()
+            key = (prefix, len(digits) if digits.startswith("0") and len(digits) > 1 else 0)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        if match:
+            groups[key].append(int(match.group(2)))
+    parts = []
+    for key in order:
+        prefix, width = key
+        if width is None:
+            parts.append(prefix)
+            continue
+        numbers = sorted(set(groups[key]))
+        text = (lambda n: str(n).zfill(width)) if width else str
+        if len(numbers) == 1:
+            parts.append(prefix + text(numbers[0]))
+            continue
+        ranges, start = [], numbers[0]
+        for previous, number in zip(numbers, numbers[1:] + [None]):
+            if number is None or number != previous + 1:  # a run ends at `previous`
+                ranges.append(text(start) if start == previous else
+                              f"{text(start)}-{text(previous)}")
+                start = number
+        parts.append(f"{prefix}[{','.join(ranges)}]")
+    return ",".join(parts)
+
+
+def excluded(figures, judgement):
+    """The hosts to leave out: each slow or unreachable host named, in the hosts' order."""
+    named = {h for f in judgement.findings if f.kind in ("host", "unreachable") for h in f.hosts}
+    return [figures.names[h] for h in sorted(named)]
+
+
+def advice(figures, judgement):
+    """What to do, the verdict's last lines: nothing (healthy); for a slow link between hosts
+    that are fine otherwise, leave out one of its two (the host in most of them first); then the
+    hosts to leave out as ready lines for each launcher, Slurm's --exclude hostlist last."""
+    if not judgement.findings:
+        return ["What to do: nothing; every host and link is in line with its peers."]
+    names = figures.names
+    out = ["What to do:"]
+    leave = excluded(figures, judgement)
+    links = [f.hosts for f in judgement.findings if f.kind == "link"]
+    counts = {}
+    for pair in links:
+        for h in pair:
+            counts[h] = counts.get(h, 0) + 1
+    for i, j in links:
+        a, b = (i, j) if counts[i] >= counts[j] else (j, i)
+        common = f" ({names[a]} is in {counts[a]} of the slow links)" if counts[a] > 1 else ""
+        out.append(f"  link {figures.pair(i, j)}: a cable, port or route between these two, not "
+                   f"either host: report it; to run now, leave out one of the two{common}: "
+                   f"--exclude={names[a]} (or --exclude={names[b]}), then run doctor.py again")
+    if leave:
+        listed = ", ".join(leave)
+        out += [f"  leave out {listed}, then run doctor.py again on the rest:",
+                f"    hostfile (mpirun --hostfile, deepspeed --hostfile): delete the lines of "
+                f"{listed}",
+                f"    deepspeed: --exclude={'@'.join(leave)}",
+                f"    torchrun: start no node on {listed}",
+                f"    Slurm (sbatch, salloc, srun): --exclude={hostlist(leave)}"]
     return out
+
+
+def exit_line(status, host=None):
+    """The line before a launcher's own error lines: exit status 1 is the check's verdict."""
+    where = f" on {host}" if host else ""
+    return (f"doctor.py{where} exits with status {status}: its verdict (something is suspect or "
+            "unreachable: see the findings and 'What to do'), not a crash; the launcher's own "
+            f"error lines after this one ('exits with return code = {status}', 'exit code "
+            f"{status}', 'ChildFailedError') say the same")
 
 
 def verdict_record(figures, judgement):
@@ -87,8 +187,11 @@ def verdict_record(figures, judgement):
              for a, b in (f.hosts,)]
     unreachable = [names[f.hosts[0]] for f in judgement.findings if f.kind == "unreachable"]
     bws = [lk.bandwidth for lk in figures.links.values() if lk.bandwidth]
+    leave = excluded(figures, judgement)
     return {"type": "verdict", "suspect_hosts": hosts, "suspect_links": links,
             "unreachable": unreachable, "healthy": not judgement.findings,
             "findings": findings(figures, judgement), "cleared": judgement.cleared,
+            "exclude": leave, "exclude_hostlist": hostlist(leave),
+            "what_to_do": advice(figures, judgement),
             "min_fraction": figures.fraction,
             "median_link_Bps": statistics.median(bws) if bws else None}

@@ -327,6 +327,8 @@ def main(local_rank, args):
             check.writer.add(final)
             check.writer.close()
         status = 0 if final["healthy"] else 1
+        if status:  # before any rank exits, so before any launcher's error lines
+            emit(sys.stderr, f"commbench: {render.exit_line(status)}")
         check.control.post("status", status)
         # Rank 0 holds the store: it stays until every live rank has read the status.
         check.control.wait_for([f"done/{r}" for r in range(1, comm.world_size)
@@ -334,6 +336,8 @@ def main(local_rank, args):
     else:
         status = check.control.fetch("status", timeout=2 * args.timeout + 30)
         status = 1 if status is None else status
+        if status and check.leader:  # each host's log says it, before its launcher's lines
+            emit(sys.stderr, f"commbench: {render.exit_line(status, check.hosts[check.my_host])}")
         check.control.post(f"done/{comm.global_rank}", 1)
     if check.figures.unreachable or check.control.gone:
         # A lost peer: tearing the process group down could wait on it; the result is out.

@@ -47,6 +47,7 @@ class Finding:
     text: str  # the sentence, with host names
     retested: bool = False
     intra: bool = False  # a host found slow among its own ranks (retested the same way)
+    measure: str = ""  # what condemned it: "bandwidth" or "latency" ("" for unreachable)
 
 
 @dataclass
@@ -143,16 +144,17 @@ def first_pass(figures):
             middle = statistics.median(o.busbw_Bps for o in others if o.busbw_Bps)
             suspect_hosts[h] = (f"its ranks' all_reduce bus bandwidth {figures.bw(host.busbw_Bps)}"
                                 f" is {host.busbw_Bps / middle:.2f}x the other hosts' median "
-                                f"{figures.bw(middle)}")
+                                f"{figures.bw(middle)}", "bandwidth")
         elif high(host.latency_s, [o.latency_s for o in others if o.latency_s], fraction):
             middle = statistics.median(o.latency_s for o in others if o.latency_s)
             suspect_hosts[h] = (f"its ranks' small all_reduce takes {figures.us(host.latency_s)}"
                                 f", {host.latency_s / middle:.1f}x the other hosts' median "
-                                f"{figures.us(middle)}")
+                                f"{figures.us(middle)}", "latency")
         elif figures.expect_Bps and host.busbw_Bps is not None and \
                 host.busbw_Bps < figures.expect_Bps:
             suspect_hosts[h] = (f"its ranks' all_reduce bus bandwidth {figures.bw(host.busbw_Bps)}"
-                                f" is below the {figures.bw(figures.expect_Bps)} expected")
+                                f" is below the {figures.bw(figures.expect_Bps)} expected",
+                                "bandwidth")
     scores = {h: figures.host_link_figures(h) for h in reachable}
     for h in reachable:
         if h in suspect_hosts:
@@ -163,31 +165,34 @@ def first_pass(figures):
             middle = statistics.median(p[0] for p in peers if p[0] is not None)
             suspect_hosts[h] = (f"its links' bandwidth {figures.bw(bw)} (median of "
                                 f"{len(figures.links_of(h))}) is {bw / middle:.2f}x the other "
-                                f"hosts' median {figures.bw(middle)}")
+                                f"hosts' median {figures.bw(middle)}", "bandwidth")
         elif high(lat, [p[1] for p in peers if p[1] is not None], fraction):
             middle = statistics.median(p[1] for p in peers if p[1] is not None)
             suspect_hosts[h] = (f"its links' latency {figures.us(lat)} (median of "
                                 f"{len(figures.links_of(h))}) is {lat / middle:.1f}x the other "
-                                f"hosts' median {figures.us(middle)}")
+                                f"hosts' median {figures.us(middle)}", "latency")
         elif figures.expect_Bps and bw is not None and len(reachable) > 2 and all(
                 link.bandwidth is not None and link.bandwidth < figures.expect_Bps
                 for link in figures.links_of(h).values()):
             suspect_hosts[h] = (f"every link of it is below the {figures.bw(figures.expect_Bps)} "
-                                f"expected (median {figures.bw(bw)})")
-    for h, why in suspect_hosts.items():
-        judgement.suspects.append(Finding("host", (h,), why, intra=why.startswith("its ranks'")))
+                                f"expected (median {figures.bw(bw)})", "bandwidth")
+    for h, (why, measure) in suspect_hosts.items():
+        judgement.suspects.append(Finding("host", (h,), why, intra=why.startswith("its ranks'"),
+                                          measure=measure))
     # A link against both its hosts' other links. One whose host is a suspect too is retested
     # all the same: if the retest clears the host (a slow link drags its hosts' medians), the
     # link still stands; if it names the host, the host explains the link.
     for (i, j), link in sorted(figures.links.items()):
-        why = _link_outlier(figures, i, j, link)
-        if why:
-            judgement.suspects.append(Finding("link", (i, j), why))
+        outlier = _link_outlier(figures, i, j, link)
+        if outlier:
+            measure, why = outlier
+            judgement.suspects.append(Finding("link", (i, j), why, measure=measure))
     return judgement
 
 
 def _link_outlier(figures, i, j, link):
-    """Why link (i, j) is slow against both its hosts' other links, or None."""
+    """(measure, why) link (i, j) is slow against both its hosts' other links (measure:
+    "bandwidth" or "latency"), or None."""
     fraction = figures.fraction
     refs_bw, refs_lat = [], []
     for host, other in ((i, j), (j, i)):
@@ -198,18 +203,19 @@ def _link_outlier(figures, i, j, link):
     bw, lat = link.bandwidth, link.latency_s
     if all(refs_bw) and all(low(bw, ref, fraction) for ref in refs_bw):
         a, b = (statistics.median(ref) for ref in refs_bw)
-        return (f"{figures.bw(bw)}, {bw / a:.2f}x the median of {figures.names[i]}'s other links "
-                f"({figures.bw(a)}) and {bw / b:.2f}x {figures.names[j]}'s ({figures.bw(b)})")
+        return "bandwidth", (f"{figures.bw(bw)}, {bw / a:.2f}x the median of "
+                             f"{figures.names[i]}'s other links ({figures.bw(a)}) and "
+                             f"{bw / b:.2f}x {figures.names[j]}'s ({figures.bw(b)})")
     if all(refs_lat) and all(high(lat, ref, fraction) for ref in refs_lat):
         a, b = (statistics.median(ref) for ref in refs_lat)
-        return (f"latency {figures.us(lat)}, {lat / a:.1f}x the median of {figures.names[i]}'s "
-                f"other links ({figures.us(a)}) and {lat / b:.1f}x {figures.names[j]}'s "
-                f"({figures.us(b)})")
+        return "latency", (f"latency {figures.us(lat)}, {lat / a:.1f}x the median of "
+                           f"{figures.names[i]}'s other links ({figures.us(a)}) and "
+                           f"{lat / b:.1f}x {figures.names[j]}'s ({figures.us(b)})")
     if figures.expect_Bps and bw is not None and bw < figures.expect_Bps:
-        return f"{figures.bw(bw)}, below the {figures.bw(figures.expect_Bps)} expected"
+        return "bandwidth", f"{figures.bw(bw)}, below the {figures.bw(figures.expect_Bps)} expected"
     if figures.expect_latency_s and lat is not None and lat > figures.expect_latency_s:
-        return f"latency {figures.us(lat)}, above the {figures.us(figures.expect_latency_s)} " \
-               "expected"
+        return "latency", (f"latency {figures.us(lat)}, above the "
+                           f"{figures.us(figures.expect_latency_s)} expected")
     return None
 
 
@@ -308,9 +314,9 @@ def confirm(figures, judgement):
                 finding.text += " (not retested)"
                 judgement.findings.append(finding)
                 continue
-            why = _link_outlier(figures, i, j, again)
-            if why:
-                finding.text = f"{finding.text}; retested: {why}"
+            outlier = _link_outlier(figures, i, j, again)
+            if outlier:
+                finding.text = f"{finding.text}; retested: {outlier[1]}"
                 finding.retested = True
                 judgement.findings.append(finding)
             else:
