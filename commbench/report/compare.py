@@ -114,19 +114,121 @@ def uncertain_verdict(op, small, large, label_b, noise):
     return f"{op}: {label_b}: {part(small, 'small')}; {part(large, 'large')}."
 
 
+# The words of a Run's op key after the op (runs.record_key) that are not its dtype.
+_LAYOUT_WORDS = {"intra": "intra-host groups", "inter": "inter-host groups",
+                 "split": "--split groups", "split-aggregate": "--split groups together"}
+
+
+def _variant_words(key):
+    """What an op key says was measured, in the flags' words: `pt2pt both-ways` ->
+    ["--bidirectional"], `pt2pt` -> ["one way"], `all_reduce bfloat16 intra` -> ["dtype
+    bfloat16", "intra-host groups"]."""
+    op, *words = key.split()
+    said = []
+    for word in words:
+        if word == "both-ways":
+            said.append("--bidirectional")
+        elif word.startswith("pairs-"):
+            said.append(f"--pairs {word[len('pairs-'):]}")
+        elif word in _LAYOUT_WORDS:
+            said.append(_LAYOUT_WORDS[word])
+        else:
+            said.append(f"dtype {word}")
+    if op == "pt2pt":
+        if not any(word.startswith("--pairs") for word in said):
+            said.insert(0, "--pairs one")
+        if "--bidirectional" not in said:
+            said.append("one way")
+    return said
+
+
+def _apart(mine, theirs):
+    """The words of `mine` that `theirs` lacks; where none, what `mine` is by default."""
+    said = [word for word in mine if word not in theirs]
+    if said:
+        return " ".join(said)
+    return "the whole world" if any(w in _LAYOUT_WORDS.values() for w in theirs) else "as run"
+
+
+def _dtype_keyed(run, other):
+    """`run`'s op keys as `other`'s are made: a run of one dtype keys its ops bare, one of
+    several (or a saved table that names its dtype) as `op dtype`; {key as other's: key}."""
+    theirs = {word for key in other.ops for word in key.split()[1:2]
+              if f"dtype {word}" in _variant_words(key)}
+    if not theirs or not run.dtype:
+        return {key: key for key in run.ops}
+    keyed = {}
+    for key in run.ops:
+        op, *words = key.split()
+        named = words[:1] and f"dtype {words[0]}" in _variant_words(key)
+        keyed[key if named else " ".join([op, str(run.dtype), *words])] = key
+    return keyed
+
+
+def match(a, b):
+    """[(op, key in A or None, key in B or None, difference or None)]: the op keys of both runs
+    matched by everything that changes what was measured (the op, dtype, --groups layout, pt2pt's
+    --pairs and --bidirectional). Where an op was measured once in each run, but not alike, the
+    two are set side by side and `difference` names how they differ."""
+    keyed_a, keyed_b = _dtype_keyed(a, b), _dtype_keyed(b, a)
+    matched = [(k, keyed_a[k], keyed_b[k], None) for k in keyed_a if k in keyed_b]
+    only_a = [k for k in keyed_a if k not in keyed_b]
+    only_b = [k for k in keyed_b if k not in keyed_a]
+    for op in dict.fromkeys(k.split()[0] for k in only_a):
+        mine = [k for k in only_a if k.split()[0] == op]
+        theirs = [k for k in only_b if k.split()[0] == op]
+        if len(mine) == 1 and len(theirs) == 1:
+            words_a, words_b = _variant_words(mine[0]), _variant_words(theirs[0])
+            said_a, said_b = _apart(words_a, words_b), _apart(words_b, words_a)
+            matched.append((f"{op} (A {said_a}, B {said_b})", keyed_a[mine[0]],
+                            keyed_b[theirs[0]], f"A is {op} {said_a}, B is {op} {said_b}"))
+            only_a.remove(mine[0])
+            only_b.remove(theirs[0])
+    matched += [(k, keyed_a[k], None, None) for k in only_a]
+    matched += [(k, None, keyed_b[k], None) for k in only_b]
+    order = {key: i for i, key in enumerate(op_order([m[1] or m[2] for m in matched]))}
+    return sorted(matched, key=lambda m: order[m[1] or m[2]])  # op names: keyed as the dtype-named
+
+
+def labels_apart(a, b, matched):
+    """The runs' labels, with what tells them apart when they read alike and measured an op
+    differently (pt2pt one way and --bidirectional, say) or in another dtype."""
+    if a.label != b.label:
+        return a.label, b.label
+    said_a, said_b = [], []
+    for op, key_a, key_b, difference in matched:
+        if difference:
+            words_a, words_b = _variant_words(key_a), _variant_words(key_b)
+            said_a.append(f"{op.split()[0]} {_apart(words_a, words_b)}")
+            said_b.append(f"{op.split()[0]} {_apart(words_b, words_a)}")
+    if a.dtype and b.dtype and a.dtype != b.dtype:
+        said_a.append(f"dtype {a.dtype}")
+        said_b.append(f"dtype {b.dtype}")
+    if not said_a:  # the same measurement: the labels stay as they are, the files apart
+        return a.label, b.label
+    return (f"{a.label}, {', '.join(dict.fromkeys(said_a))}",
+            f"{b.label}, {', '.join(dict.fromkeys(said_b))}")
+
+
 def compare(a, b, threshold, noise=0.05):
     """The comparison as data: per op rows, ratios, one-sided sizes, verdicts, warnings.
     With windows in both runs (--repeat), rows and verdicts carry 95% intervals."""
     warnings = []
+    matched = match(a, b)
+    label_a, label_b = labels_apart(a, b, matched)
+    differences = [m[3] for m in matched if m[3]]
+    for difference in differences:
+        warnings.append(f"{difference}: not the same measurement; their sizes are set side by "
+                        "side below")
     if a.world_size and b.world_size and a.world_size != b.world_size:
-        warnings.append(f"world sizes differ: {a.world_size} ({a.label}) vs {b.world_size} "
-                        f"({b.label})")
+        warnings.append(f"world sizes differ: {a.world_size} ({label_a}) vs {b.world_size} "
+                        f"({label_b})")
     if a.dtype and b.dtype and a.dtype != b.dtype:
-        warnings.append(f"dtypes differ: {a.dtype} ({a.label}) vs {b.dtype} ({b.label})")
+        warnings.append(f"dtypes differ: {a.dtype} ({label_a}) vs {b.dtype} ({label_b})")
     ops = []
-    for op in op_order(list(a.ops) + list(b.ops)):
-        mine, theirs = a.ops.get(op, {}), b.ops.get(op, {})
-        windows_a, windows_b = a.windows.get(op, {}), b.windows.get(op, {})
+    for op, key_a, key_b, difference in matched:
+        mine, theirs = a.ops.get(key_a, {}), b.ops.get(key_b, {})
+        windows_a, windows_b = a.windows.get(key_a, {}), b.windows.get(key_b, {})
         rows, samples = [], {}
         for size in sorted(set(mine) & set(theirs)):
             x, y = mine[size], theirs[size]
@@ -142,19 +244,21 @@ def compare(a, b, threshold, noise=0.05):
         entry = {"op": op, "rows": rows, "small_ratio": small, "large_ratio": large,
                  "only_a": sorted(set(mine) - set(theirs)),
                  "only_b": sorted(set(theirs) - set(mine)),
-                 "verdict": verdict(op, small, large, b.label) if rows else
-                 f"{op}: no message size in both runs."}
+                 "verdict": verdict(op, small, large, "B" if difference else label_b)
+                 if rows else _one_sided(op, key_a, key_b, matched)}
+        if difference:
+            entry["difference"] = difference
         if samples:
             entry["small"] = _group(rows, samples, lambda size: size < SMALL, noise)
             entry["large"] = _group(rows, samples, lambda size: size >= LARGE, noise)
             if entry["small"] is None and entry["large"] is None:
                 entry["all"] = _group(rows, samples, lambda size: True, noise)
-                entry["verdict"] = uncertain_verdict(op, entry["all"], None, b.label, noise) \
+                entry["verdict"] = uncertain_verdict(op, entry["all"], None, label_b, noise) \
                     .replace("small messages", "the sizes measured").replace(
                         "; no repeated large messages to compare", "")
             else:
                 entry["verdict"] = uncertain_verdict(op, entry["small"], entry["large"],
-                                                     b.label, noise)
+                                                     label_b, noise)
         ops.append(entry)
     repeated = any("ratio_ci" in r for op in ops for r in op["rows"])
     if not repeated:
@@ -163,9 +267,19 @@ def compare(a, b, threshold, noise=0.05):
                         "repeated windows, so these ratios carry no uncertainty (one window on a "
                         "shared machine can be off by 2x); run both with --repeat 5 for "
                         "intervals and significance")
-    return {"a": a.label, "b": b.label, "bw_unit": a.bw_unit, "threshold": threshold,
+    return {"a": label_a, "b": label_b, "bw_unit": a.bw_unit, "threshold": threshold,
             "noise_threshold": noise,
             "repeated": repeated, "warnings": warnings, "ops": ops}
+
+
+def _one_sided(op, key_a, key_b, matched):
+    """The verdict of an op measured in one run only: which, and what the other measured of it."""
+    side, other = ("A", 2) if key_a else ("B", 1)
+    there = [m[0] for m in matched if m[other] and not m[3] and m[0].split()[0] == op.split()[0]]
+    if not there:
+        return f"{op}: only in {side}."
+    return (f"{op}: only in {side}; {'B' if side == 'A' else 'A'} measured " + "; ".join(
+        f"{op.split()[0]} {', '.join(_variant_words(k)) or 'as run'}" for k in there) + ".")
 
 
 def human_size(size):
