@@ -11,7 +11,7 @@ import traceback
 import torch
 import torch.distributed
 
-from . import ccl as oneccl
+from . import caches, ccl as oneccl
 from .errors import BenchmarkError
 
 
@@ -63,6 +63,7 @@ def resolve_device_and_backend(args, ds_accelerator=None):
 
 def import_deepspeed(device, needed_by="--dist deepspeed", instead="or use --dist torch"):
     """deepspeed, deepspeed.comm and its accelerator, or one line saying what needs DeepSpeed."""
+    caches.keep_in_venv("TORCH_EXTENSIONS_DIR")  # where make built DeepSpeed's CPU ops
     if device == "cpu":
         # Spares DeepSpeed's accelerator probe and its warning when the user said cpu.
         os.environ.setdefault("DS_ACCELERATOR", "cpu")

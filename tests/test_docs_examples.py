@@ -2,8 +2,10 @@
 
 A page marks such an example as a ```sh block (other blocks show output, or need a real
 cluster) and states its time in the sentence before it: "... (under 60 s on this 2-core
-machine)". Each block runs in bash at the repository's root, as a user runs it, with the venv's
-bin first on PATH, as after `. .venv/bin/activate`; it must exit 0 within the time stated.
+machine)". Each block runs in bash at the repository's root, as a user runs it from an ordinary shell: the
+venv's bin first on PATH, as after `. .venv/bin/activate`, nothing else exported (no
+TORCH_EXTENSIONS_DIR, MPLCONFIGDIR or cache folder), and a home of its own; it must exit 0
+within the time stated, and write nothing in that home (~/.cache included).
 The files it writes there are removed after (a copy of the tree elsewhere would run DeepSpeed
 from another path, which makes torch rebuild its ops)."""
 
@@ -71,14 +73,19 @@ def test_every_page_has_examples():
     pytest.param(*example, id=f"{example[0]}:{example[1]}",
                  marks=[pytest.mark.serial] if alone(example[3]) else [])
     for example in ALL])
-def test_docs_example_runs_as_written(page, line, seconds, commands):
+def test_docs_example_runs_as_written(page, line, seconds, commands, tmp_path):
     if alone(commands):
         require_root("simulated hosts need root (network namespaces)")
     clear(commands)  # what a run killed before its teardown left, by name
     before = set(ROOT.iterdir())
     script = "set -euo pipefail\n" + commands
+    home = tmp_path / "home"
+    home.mkdir()
+    env = base_env(HOME=str(home))
+    for name in ("TORCH_EXTENSIONS_DIR", "MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME"):
+        env.pop(name, None)
     try:
-        proc = subprocess.run(["bash", "-c", script], cwd=ROOT, env=base_env(),
+        proc = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=seconds,
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as expired:
@@ -91,4 +98,6 @@ def test_docs_example_runs_as_written(page, line, seconds, commands):
                 made.unlink()
     assert proc.returncode == 0, f"docs/{page}:{line}\n{commands}\n--- stdout\n" \
                                  f"{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+    written = sorted(str(path.relative_to(home)) for path in home.rglob("*"))
+    assert not written, f"docs/{page}:{line} wrote in the user's home: {written[:10]}"
     assert "Traceback" not in proc.stderr, proc.stderr[-4000:]

@@ -16,6 +16,7 @@ Standard library only, but for `plot` and `html` (matplotlib, and Jinja2, import
 
 import sys
 
+from commbench import caches
 from commbench.flags import Parser, prog
 from commbench.numbers import byte_count, float_in, int_at_least
 from commbench.report import buckets, doctor, html, measured, replays, strategy
@@ -44,6 +45,7 @@ _percent = float_in(-1e-9, 100, "a percentage in [0, 100]")
 def main(argv=None):
     """The command's exit status; a reader that closed stdout early (`| head`) ends it quietly,
     with status 0, as replay.py --dry-run does (commbench.table.output_failure)."""
+    caches.keep_in_venv("MPLCONFIGDIR")  # matplotlib's font cache in the venv, not ~/.cache
     try:
         status = _main(argv)
         sys.stdout.flush()  # here, not at exit, where a closed pipe would print a traceback
