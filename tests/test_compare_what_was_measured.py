@@ -81,3 +81,38 @@ def test_a_run_of_one_dtype_meets_the_same_dtype_of_a_run_of_several():
     assert ops["all_reduce float32"]["verdict"] == \
         "all_reduce float32: only in B; A measured all_reduce dtype bfloat16."
 
+
+# --------------------------------------------------------------------------- replays
+
+
+def write_replay(path, call_times, pass_times):
+    """A replay.py --output file by hand: one rank, each call's time in each pass."""
+    lines = [{"type": "meta", "kind": "replay", "backend": "gloo", "dist": "torch",
+              "world_size": 1, "hostnames": ["h"], "repeat": len(pass_times), "trace": "t"}]
+    lines += [{"type": "call", "rank": 0, "index": index, "op": "all_reduce", "dtype": "float32",
+               "in_numel": 1024 * (index + 1), "out_numel": 1024 * (index + 1), "group": [0],
+               "times_s": times} for index, times in enumerate(call_times)]
+    lines.append({"type": "replay_summary", "pass_times_s": pass_times})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+@pytest.mark.fast
+def test_replay_compare_lists_every_call_it_counts_and_states_medians(tmp_path):
+    same = [1e-3, 1.01e-3, 0.99e-3, 1e-3, 1e-3]
+    a = write_replay(tmp_path / "a.jsonl", [same, same, same, same],
+                     [1.0, 1.0, 1.01, 0.99, 10.0])  # one slow pass: the mean 2.8, the median 1
+    b = write_replay(tmp_path / "b.jsonl",
+                     [[3 * t for t in same], [2 * t for t in same], [t / 2 for t in same], same],
+                     [2.0, 2.0, 2.02, 1.98, 2.0])
+    data = json.loads(report("compare", a, b, "--format", "json"))
+    assert data["pass"]["a_s"] == pytest.approx(1.0) and data["pass"]["b_s"] == pytest.approx(2)
+    assert data["pass"]["ratio"] == pytest.approx(2.0)
+    assert [r["index"] for r in data["slower_calls"]] == [0, 1]  # the most slowed first
+    assert [r["index"] for r in data["faster_calls"]] == [2]
+    text = report("compare", a, b)
+    listed = text.split("---- the 2 calls marked slower in B\n")[1].splitlines()
+    assert [line.split()[:2] for line in listed[1:3]] == [["0", "0"], ["0", "1"]], text
+    assert "---- the 1 call marked faster in B" in text
+    assert "calls marked slower in B: 2, faster: 1, of 4" in text
+    assert "the median of the passes, as replay.py prints it" in text

@@ -1,10 +1,12 @@
 """`report.py compare A B` of two replays of one trace (replay.py --output): the pass, each op
-kind and each call, B against A. With several passes a side (--repeat), every ratio gets the
+kind and each call, B against A, each the median of its passes (as replay.py prints them), and
+every call marked slower or faster listed. With several passes a side (--repeat), every ratio gets the
 95% interval compare.py gives sizes (Welch's, on the log times of the passes), and a change is
 marked only when its interval excludes 1 and it is beyond the noise threshold."""
 
 import json
 import math
+import statistics
 
 from .compare import _log_moments, _table, _welch
 from .runs import ReportError
@@ -53,8 +55,9 @@ def _label(meta, path):
 
 
 def _ratio(windows_a, windows_b, noise):
-    a = sum(windows_a) / len(windows_a)
-    b = sum(windows_b) / len(windows_b)
+    """A and B's figure is the median over the passes, as replay.py prints it (its pass, kinds
+    and calls); B/A is of the medians; the interval is Welch's on the log times of the passes."""
+    a, b = statistics.median(windows_a), statistics.median(windows_b)
     row = {"a_s": a, "b_s": b, "ratio": b / a if a > 0 else None}
     usable = len(windows_a) > 1 and len(windows_b) > 1 and min(windows_a + windows_b) > 0
     if usable and row["ratio"]:
@@ -113,8 +116,12 @@ def compare(path_a, path_b, noise=0.05, top=10):
                    elements=max(a.get("in_numel", 0), a.get("out_numel", 0)))
         rows.append(row)
     report["calls"] = len(rows)
-    report["slower"] = sum(1 for r in rows if r.get("marked") and r["ratio"] > 1)
-    report["faster"] = sum(1 for r in rows if r.get("marked") and r["ratio"] < 1)
+    # every call the counts count, the most changed first
+    report["slower_calls"] = sorted((r for r in rows if r.get("marked") and r["ratio"] > 1),
+                                    key=lambda r: -r["ratio"])
+    report["faster_calls"] = sorted((r for r in rows if r.get("marked") and r["ratio"] < 1),
+                                    key=lambda r: r["ratio"])
+    report["slower"], report["faster"] = len(report["slower_calls"]), len(report["faster_calls"])
     report["heaviest"] = sorted(rows, key=lambda r: -r["a_s"])[:top]
     return report
 
@@ -138,12 +145,20 @@ def render(report, form):
     heads = ["", "A (ms)", "B (ms)", "B/A", "95% interval of B/A"]
     table = [_cells("one pass", report["pass"])] + \
         [_cells(kind, row) for kind, row in report["kinds"].items()]
-    lines += _table("the pass and each op kind (the slowest rank's sum of call times)", heads,
-                    table, form)
+    lines += _table("the pass and each op kind (the slowest rank's sum of call times; the "
+                    "median of the passes, as replay.py prints it)", heads, table, form)
     heads = ["rank", "call", "op", "elements", "A (ms)", "B (ms)", "B/A", "95% interval of B/A"]
-    table = [[str(r["rank"]), str(r["index"]), r["op"], str(r["elements"])] +
-             _cells("", r)[1:] for r in report["heaviest"]]
-    lines += _table(f"the {len(table)} heaviest calls of A", heads, table, form)
+
+    def calls(chosen):
+        return [[str(r["rank"]), str(r["index"]), r["op"], str(r["elements"])] +
+                _cells("", r)[1:] for r in chosen]
+    lines += _table(f"the {len(report['heaviest'])} heaviest calls of A (medians)", heads,
+                    calls(report["heaviest"]), form)
+    for how in ("slower", "faster"):
+        chosen = report.get(f"{how}_calls") or []
+        if chosen:
+            lines += _table(f"the {len(chosen)} call{'s' if len(chosen) > 1 else ''} marked "
+                            f"{how} in B", heads, calls(chosen), form)
     change = report["pass"]
     if "ratio_ci" in change:
         low, high = change["ratio_ci"]
