@@ -56,9 +56,11 @@ def _sweep_flag(args):
 
 
 def _human(nbytes):
+    """1024-based, one decimal; a size that rounds to 1024 of a unit in the next (1.0 GiB, not
+    1024.0 MiB), as table.convert_size."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if nbytes < 1024 or unit == "TiB":
-            return f"{nbytes:.1f} {unit}" if unit != "B" else f"{nbytes} B"
+        if round(nbytes, 1 if unit != "B" else 0) < 1024 or unit == "TiB":
+            return f"{nbytes:.1f} {unit}" if unit != "B" else f"{int(nbytes)} B"
         nbytes /= 1024
 
 

@@ -127,3 +127,12 @@ def test_progress_of_repeated_or_adaptive_passes_counts_windows():
     finally:
         repeated.close()
         adaptive.close()
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("nbytes,shown", [(8, "8 B"), (1023, "1023 B"), (1024, "1.0 KiB"),
+                                          (1048524, "1023.9 KiB"), (1048575, "1.0 MiB"),
+                                          (2 ** 30 - 1, "1.0 GiB"), (3 * 2 ** 40, "3.0 TiB")])
+def test_the_notes_sizes_round_into_the_next_unit(nbytes, shown):
+    from commbench.sizes import _human
+    assert _human(nbytes) == shown
