@@ -328,3 +328,104 @@ def test_exit_status_one_is_said_to_be_the_verdict_not_a_crash():
                            "unreachable") and "not a crash" in line
     assert "exits with return code = 1" in line  # the deepspeed launcher's words, named
     assert render.exit_line(1, "n2").startswith("doctor.py on n2 exits with status 1:")
+
+
+# --------------------------------------------------------------------------- a busy machine
+
+def busy_machine():
+    """What test_doctor's slow-link case saw at load 4-6 on 4 hosts (n0-n3 here): the link n0-n1
+    slowed to 0.19 Gbps, the others about 10 Gbps, and one noisy direction on n1-n2 (4 Gbps) in
+    the first pass: n1's links' median (0.19, 4, 10: 4 Gbps) is under half the others' 10, so n1
+    is a suspect host as well as n0-n1 a suspect link."""
+    f = figures(4, link_gbps=10.0, slow={(0, 1): 0.19}, fraction=0.5)
+    f.links[(1, 2)].forward_Bps = 4 * GBPS
+    return f
+
+
+# what each pair shows when measured again (the machine still busy: n1-n2 at 7 Gbps)
+AGAIN_GBPS = {(0, 1): 0.19, (1, 2): 7.0, (1, 3): 9.0, (0, 2): 8.0, (0, 3): 8.0, (2, 3): 8.0}
+
+
+def test_the_busy_machine_case_is_a_suspect_host_and_a_suspect_link():
+    f = busy_machine()
+    judgement = verdict.first_pass(f)
+    assert [(s.kind, s.hosts) for s in judgement.suspects] == [("host", (1,)), ("link", (0, 1))]
+
+
+def test_a_suspect_host_is_never_retested_over_a_link_that_is_itself_suspect():
+    f = busy_machine()
+    judgement = verdict.first_pass(f)
+    # n1 against n2 and n3, not n0 (whose link to n1 is the suspect link); the link itself
+    assert verdict.retest_pairs(f, judgement) == [(1, 2), (1, 3), (0, 1)]
+
+
+def test_each_retest_has_a_control_pair_of_good_hosts_measured_at_the_same_time():
+    f = busy_machine()
+    judgement = verdict.first_pass(f)
+    rounds = verdict.retest_rounds(f, judgement)
+    # disjoint from the pair retested, both hosts good, their link no suspect
+    assert rounds == [[(1, 2), (0, 3)], [(1, 3), (0, 2)], [(0, 1), (2, 3)]]
+    f3 = figures(3, slow=links_of_host(2, 3, 8.0), fraction=0.5, link_gbps=80.0)
+    j3 = verdict.first_pass(f3)
+    assert verdict.retest_rounds(f3, j3) == [[pair] for pair in verdict.retest_pairs(f3, j3)]
+
+
+def retested(f, judgement, again):
+    """The retest of `judgement`'s suspects as run.py runs it: each round's first pair the one
+    retested, the second its control; `again` gives each pair's Gbps when measured again."""
+    for pair, *control in verdict.retest_rounds(f, judgement):
+        f.retests[pair] = Link(20e-6, again[pair] * GBPS, again[pair] * GBPS)
+        if control:
+            f.control_of[pair] = control[0]
+            f.controls[pair] = Link(20e-6, again[control[0]] * GBPS, again[control[0]] * GBPS)
+    return verdict.confirm(f, judgement)
+
+
+def test_the_busy_machine_case_names_the_link_and_neither_host():
+    """Today's retest of n1 against n0 (0.19 Gbps, the slow link) and n2 (7 Gbps) has a median of
+    3.6 Gbps, under half the good links' 10: it "confirmed" n1, and the link went unnamed as
+    explained by its host. Judged by n2 and n3 only, n1 is cleared; the link stands."""
+    f = busy_machine()
+    found = retested(f, verdict.first_pass(f), AGAIN_GBPS)
+    assert [(x.kind, x.hosts, x.retested) for x in found.findings] == [("link", (0, 1), True)]
+    assert len(found.cleared) == 1 and found.cleared[0].startswith("host n1 was slow in the first")
+    assert found.cleared[0].endswith("but not against n2, n3: noise")
+    assert render.verdict_record(f, found)["suspect_hosts"] == []
+    # the retest of the link itself is never the host's: even when it is there
+    assert f.retests[(0, 1)].bandwidth == 0.19 * GBPS
+
+
+def test_a_suspect_host_is_never_judged_by_a_retest_over_a_suspect_link():
+    """Even when the retests hold a pair of the host with the other end of a suspect link (the
+    link's own retest), the host's retest median leaves it out: here the pairs today's plan
+    measured, n0-n1 (0.19 Gbps) and n1-n2 (7), whose median 3.6 "confirmed" n1."""
+    f = busy_machine()
+    judgement = verdict.first_pass(f)
+    for pair in [(0, 1), (1, 2)]:
+        f.retests[pair] = Link(20e-6, AGAIN_GBPS[pair] * GBPS, AGAIN_GBPS[pair] * GBPS)
+    found = verdict.confirm(f, judgement)
+    assert [(x.kind, x.hosts) for x in found.findings] == [("link", (0, 1))]
+
+
+def test_a_slow_host_is_still_named_with_its_control_pair():
+    f = figures(4, slow=links_of_host(2, 4, 0.2), link_gbps=10.0, fraction=0.5)
+    judgement = verdict.first_pass(f)
+    again = {pair: 0.2 if 2 in pair else 8.0 for pair in itertools.combinations(range(4), 2)}
+    found = retested(f, judgement, again)
+    assert [(x.kind, x.hosts, x.retested) for x in found.findings] == [("host", (2,), True)]
+    assert found.findings[0].text.endswith(
+        "; retested against n0, n1: 0.2 Gbps, 20.0 us (at the same time, n1-n3 8 Gbps, n0-n3 "
+        "8 Gbps)")
+
+
+def test_a_suspect_slow_only_as_its_control_pair_is_cleared_the_machine_was_busy():
+    """Retested at 4 Gbps, under half the first pass's 10; but the pair measured at the same time
+    moved 5: the whole machine was slow then, not the host."""
+    f = figures(4, slow=links_of_host(2, 4, 3.0), link_gbps=10.0, fraction=0.5)
+    judgement = verdict.first_pass(f)
+    again = {pair: 4.0 if 2 in pair else 5.0 for pair in itertools.combinations(range(4), 2)}
+    found = retested(f, judgement, again)
+    assert found.findings == []
+    assert found.cleared[0].endswith("but not against n0, n1 beside the pairs measured at the "
+                                     "same time (n1-n3 5 Gbps, n0-n3 5 Gbps): the machine was "
+                                     "busy, not the host")

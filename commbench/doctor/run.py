@@ -203,7 +203,8 @@ class Check:
         """Phase 2 (and 3, the retest): in each round, the pairs' latency one pair after the
         other (round trips of pairs at once wait for each other's CPU or switch port: on hosts
         that share cores they came out 20x too slow), then every pair's bandwidth at once; one
-        rank of each host."""
+        rank of each host. A retest round is the pair retested, then its control pair (measured
+        at the same time: the yardstick of that moment)."""
         for number, pairs in enumerate(rounds):
             partner = next((b if a == self.my_host else a for a, b in pairs
                             if self.my_host in (a, b)), None)
@@ -230,21 +231,35 @@ class Check:
             if mine and self.my_host < partner:
                 if "failed" not in found and not {"latency_s", "forward_Bps"} <= set(found):
                     found = {"failed": f"{self.hosts[partner]} became unreachable"}
-                self.control.post(f"{phase}/{self.my_host}-{partner}", {"round": number, **found})
+                # a key per round: a pair measured in two rounds (a control twice) never
+                # leaves a figure of the earlier round to be read as the later's
+                self.control.post(f"{phase}/{number}/{self.my_host}-{partner}",
+                                  {"round": number, **found})
             self._sync(f"{phase}-{number}")
             if self.comm.global_rank == 0:
-                for a, b in pairs:
-                    found = self.control.fetch(f"{phase}/{a}-{b}", timeout=0)
-                    self._take(phase, a, b, found or {"round": number, "failed": "no answer"})
+                for index, (a, b) in enumerate(pairs):
+                    found = self.control.fetch(f"{phase}/{number}/{a}-{b}", timeout=0)
+                    found = found or {"round": number, "failed": "no answer"}
+                    if phase == "retest" and index:
+                        self._take("control", a, b, found, control_for=pairs[0])
+                    else:
+                        self._take(phase, a, b, found)
 
-    def _take(self, phase, a, b, found):
+    def _take(self, phase, a, b, found, control_for=None):
+        extra = {}
         if "failed" not in found and {"latency_s", "forward_Bps", "backward_Bps",
                                       "both_Bps"} <= set(found):
             link = verdict.Link(found["latency_s"], found["forward_Bps"], found["backward_Bps"],
                                 found["both_Bps"])
-            (self.figures.retests if phase == "retest" else self.figures.links)[(a, b)] = link
+            if control_for is not None:
+                self.figures.controls[control_for] = link
+            else:
+                (self.figures.retests if phase == "retest" else self.figures.links)[(a, b)] = link
+        if control_for is not None:
+            self.figures.control_of[control_for] = (a, b)
+            extra = {"control_for": [self.hosts[h] for h in control_for]}
         self._record({"phase": phase, "hosts": [self.hosts[a], self.hosts[b]],
-                      "ranks": [self.ranks[a][0], self.ranks[b][0]], **found})
+                      "ranks": [self.ranks[a][0], self.ranks[b][0]], **extra, **found})
 
     def _record(self, record):
         if self.writer is not None:
@@ -301,11 +316,11 @@ def main(local_rank, args):
     if comm.global_rank == 0:
         judgement = verdict.first_pass(check.figures)
         if args.retest:
-            # One pair at a time: a retest is a second opinion, taken with nothing else on the
-            # hosts' CPUs and links (few pairs: the suspects').
+            # One pair at a time (few pairs: the suspects'), each beside a control pair of good
+            # hosts measured at the same time where there are hosts for one: a second opinion
+            # with its own yardstick of that moment (a busy machine slows the control too).
             plan = {"intra": any(f.kind == "host" and f.intra for f in judgement.suspects),
-                    "pairs": [[pair] for pair in verdict.retest_pairs(check.figures, judgement,
-                                                                      args.retest)]}
+                    "pairs": verdict.retest_rounds(check.figures, judgement, args.retest)}
         check.control.post("retest-plan", plan)
     else:
         plan = check.control.fetch("retest-plan", timeout=2 * args.timeout + 30) or plan

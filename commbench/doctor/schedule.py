@@ -1,7 +1,7 @@
 """Which hosts are measured together. Every pair of hosts once, in rounds of disjoint pairs
 measured at the same time (the circle method: N-1 rounds of N/2 pairs for N even; N rounds with
 one host sitting out each for N odd), so that a check of N hosts takes about N rounds, not
-N²/2. (Retests run one pair at a time.)"""
+N²/2. (Retests run one pair at a time, each beside a control pair of good hosts.)"""
 
 
 def round_robin(count):

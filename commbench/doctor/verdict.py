@@ -2,7 +2,11 @@
 of its peers (median and MAD, not mean and standard deviation: one bad host must not drag the
 yardstick it is measured with). A host whose links are all slow is the suspect, not its
 partners; a single slow pair, between hosts that are fast with everyone else, is a suspect
-link. Suspects are re-measured against hosts already judged good before they are named.
+link. Suspects are re-measured against hosts already judged good before they are named: a
+suspect host never against (nor judged by) the other end of a link that is itself a suspect (a
+slow link would drag its retest down as it dragged its first pass), and each retest beside a
+control pair of good hosts measured at the same time, where there are hosts for one (a busy
+machine slows the control too: a suspect only as slow as its control is noise).
 
 A figure is an outlier when it is beyond `fraction` of its peers' median (the threshold a user
 sets: --min-fraction) and, with 5 peers or more, also three robust standard deviations
@@ -98,6 +102,8 @@ class Figures:
         self.hosts_retest = {}  # index -> Host, the within-host phase again (intra suspects)
         self.links = {}  # (i, j) -> Link, first pass
         self.retests = {}  # (i, j) -> Link
+        self.controls = {}  # (i, j) retested -> Link of its control pair, measured at that time
+        self.control_of = {}  # (i, j) retested -> (k, l), its control pair
         self.unreachable = set()
         self.unreachable_why = {}  # host -> why it is taken as unreachable
 
@@ -185,14 +191,15 @@ def first_pass(figures):
     for (i, j), link in sorted(figures.links.items()):
         outlier = _link_outlier(figures, i, j, link)
         if outlier:
-            measure, why = outlier
+            measure, why, _ = outlier
             judgement.suspects.append(Finding("link", (i, j), why, measure=measure))
     return judgement
 
 
 def _link_outlier(figures, i, j, link):
-    """(measure, why) link (i, j) is slow against both its hosts' other links (measure:
-    "bandwidth" or "latency"), or None."""
+    """(measure, why, floor) link (i, j) is slow against both its hosts' other links (measure:
+    "bandwidth" or "latency"; floor: below --expect-gbps or above --expect-latency-us instead,
+    whatever its peers do), or None."""
     fraction = figures.fraction
     refs_bw, refs_lat = [], []
     for host, other in ((i, j), (j, i)):
@@ -205,17 +212,18 @@ def _link_outlier(figures, i, j, link):
         a, b = (statistics.median(ref) for ref in refs_bw)
         return "bandwidth", (f"{figures.bw(bw)}, {bw / a:.2f}x the median of "
                              f"{figures.names[i]}'s other links ({figures.bw(a)}) and "
-                             f"{bw / b:.2f}x {figures.names[j]}'s ({figures.bw(b)})")
+                             f"{bw / b:.2f}x {figures.names[j]}'s ({figures.bw(b)})"), False
     if all(refs_lat) and all(high(lat, ref, fraction) for ref in refs_lat):
         a, b = (statistics.median(ref) for ref in refs_lat)
         return "latency", (f"latency {figures.us(lat)}, {lat / a:.1f}x the median of "
                            f"{figures.names[i]}'s other links ({figures.us(a)}) and "
-                           f"{lat / b:.1f}x {figures.names[j]}'s ({figures.us(b)})")
+                           f"{lat / b:.1f}x {figures.names[j]}'s ({figures.us(b)})"), False
     if figures.expect_Bps and bw is not None and bw < figures.expect_Bps:
-        return "bandwidth", f"{figures.bw(bw)}, below the {figures.bw(figures.expect_Bps)} expected"
+        return "bandwidth", f"{figures.bw(bw)}, below the {figures.bw(figures.expect_Bps)} " \
+            "expected", True
     if figures.expect_latency_s and lat is not None and lat > figures.expect_latency_s:
         return "latency", (f"latency {figures.us(lat)}, above the "
-                           f"{figures.us(figures.expect_latency_s)} expected")
+                           f"{figures.us(figures.expect_latency_s)} expected"), True
     return None
 
 
@@ -228,20 +236,61 @@ def good_hosts(figures, judgement):
             if h not in suspects and h not in figures.unreachable]
 
 
+def suspect_links(judgement):
+    """The first pass's suspect links, as (i, j) with i < j."""
+    return {tuple(sorted(f.hosts)) for f in judgement.suspects if f.kind == "link"}
+
+
+def partners(figures, judgement, host):
+    """The good hosts a suspect host is retested against, and judged by: never the other end of
+    a link that is itself a first-pass suspect (on a busy machine, one noisy direction plus a
+    slow link made a host's median low; its retest against the slow link's other end then
+    "confirmed" it)."""
+    avoid = suspect_links(judgement)
+    return [g for g in good_hosts(figures, judgement) if (min(host, g), max(host, g)) not in avoid]
+
+
 def retest_pairs(figures, judgement, per_host=2):
-    """The pairs to measure again: each suspect host with up to `per_host` good hosts, each
-    suspect link itself."""
-    good = good_hosts(figures, judgement)
+    """The pairs to measure again: each suspect host with up to `per_host` of its partners (good
+    hosts, over a link that is no suspect itself), each suspect link itself."""
     pairs = []
     for finding in judgement.suspects:
         if finding.kind == "host" and finding.intra:
             continue  # retested by the within-host phase again
         if finding.kind == "host":
             (h,) = finding.hosts
-            pairs += [(min(h, g), max(h, g)) for g in good[:per_host]]
+            pairs += [(min(h, g), max(h, g)) for g in partners(figures, judgement, h)[:per_host]]
         else:
-            pairs.append(finding.hosts)
+            pairs.append(tuple(sorted(finding.hosts)))
     return list(dict.fromkeys(pairs))
+
+
+def control_pair(figures, judgement, pair, used=()):
+    """A pair of good hosts, disjoint from `pair`, whose first-pass link is no suspect, to be
+    measured at the same time as `pair`'s retest (the least used first, then the first in
+    order); None where there are no such hosts (fewer than 4 hosts, or too many suspects)."""
+    good = [g for g in good_hosts(figures, judgement) if g not in pair]
+    avoid = suspect_links(judgement)
+    candidates = [(a, b) for n, a in enumerate(good) for b in good[n + 1:]
+                  if (a, b) not in avoid and (a, b) in figures.links]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda c: sum(1 for u in used if u == c))
+
+
+def retest_rounds(figures, judgement, per_host=2):
+    """The retest plan: a round per pair to measure again (retest_pairs), with its control pair
+    beside it when there is one ([pair, control] or [pair]): the control's figures are the
+    yardstick of that moment."""
+    rounds, used = [], []
+    for pair in retest_pairs(figures, judgement, per_host):
+        control = control_pair(figures, judgement, pair, used)
+        if control is None:
+            rounds.append([pair])
+        else:
+            used.append(control)
+            rounds.append([pair, control])
+    return rounds
 
 
 def _confirm_intra(figures, judgement, finding):
@@ -266,41 +315,79 @@ def _confirm_intra(figures, judgement, finding):
                                  f"pass ({finding.text}) but not when retested: noise")
 
 
+def _controls(figures, pairs):
+    """The control pairs measured beside the retests of `pairs`: ([their links], "k-l X Gbps,
+    ..." to say them)."""
+    found = [(figures.control_of.get(p), figures.controls[p]) for p in pairs
+             if p in figures.controls]
+    words = ", ".join(f"{figures.pair(*c) if c else 'a control'} "
+                      f"{figures.bw(lk.bandwidth) if lk.bandwidth is not None else '-'}"
+                      for c, lk in found)
+    return [lk for _, lk in found], words
+
+
+def _beside(measure, value, controls, fraction):
+    """Whether `value` (a retest's bandwidth or latency) is still out of line against the
+    control pairs measured at the same time: under fraction x their median bandwidth, or over
+    their median latency / fraction (True without controls: nothing says otherwise)."""
+    if measure == "latency":
+        lats = [lk.latency_s for lk in controls if lk.latency_s is not None]
+        return not lats or value > statistics.median(lats) / fraction
+    bws = [lk.bandwidth for lk in controls if lk.bandwidth is not None]
+    return not bws or value < fraction * statistics.median(bws)
+
+
 def confirm(figures, judgement):
     """Each suspect kept when its retest still shows it (or when nothing could retest it), else
-    cleared, hosts before links; then every unreachable host. Fills judgement.findings and
-    .cleared."""
+    cleared, hosts before links; then every unreachable host. A suspect host is judged by its
+    retests against its partners only (never over a suspect link); a retest with a control pair
+    measured at the same time must be out of line against that control too. Fills
+    judgement.findings and .cleared."""
     judgement.suspects.sort(key=lambda f: f.kind != "host")
     good = good_hosts(figures, judgement)
-    suspect_links = {f.hosts for f in judgement.suspects if f.kind == "link"}
+    avoid = suspect_links(judgement)
     good_links = [lk for (i, j), lk in figures.links.items()
-                  if i in good and j in good and (i, j) not in suspect_links]
+                  if i in good and j in good and (i, j) not in avoid]
     fraction = figures.fraction
     for finding in judgement.suspects:
         if finding.kind == "host" and finding.intra:
             _confirm_intra(figures, judgement, finding)
         elif finding.kind == "host":
             (h,) = finding.hosts
-            again = [figures.link(h, g, retest=True) for g in good]
-            again = [lk for lk in again if lk is not None]
+            retested = [(min(h, g), max(h, g)) for g in partners(figures, judgement, h)
+                        if figures.link(h, g, retest=True) is not None]
+            again = [figures.retests[p] for p in retested]
             if not again or not good_links:
-                finding.text += " (not retested: no host judged good to retest it against)"
+                finding.text += (" (not retested: no host judged good, over a link not itself "
+                                 "suspect, to retest it against)")
                 judgement.findings.append(finding)
                 continue
             bws = [lk.bandwidth for lk in again if lk.bandwidth is not None]
             lats = [lk.latency_s for lk in again if lk.latency_s is not None]
             ref_bw = [lk.bandwidth for lk in good_links if lk.bandwidth is not None]
             ref_lat = [lk.latency_s for lk in good_links if lk.latency_s is not None]
-            slow = bws and ref_bw and statistics.median(bws) < fraction * statistics.median(ref_bw)
-            late = lats and ref_lat and \
-                statistics.median(lats) > statistics.median(ref_lat) / fraction
-            names = ", ".join(figures.names[g] for g in good if figures.link(h, g, retest=True))
-            if slow or late:
+            bw = statistics.median(bws) if bws else None
+            lat = statistics.median(lats) if lats else None
+            slow = bool(bws and ref_bw and bw < fraction * statistics.median(ref_bw))
+            late = bool(lats and ref_lat and lat > statistics.median(ref_lat) / fraction)
+            controls, control_words = _controls(figures, retested)
+            still = (slow and _beside("bandwidth", bw, controls, fraction)) or \
+                (late and _beside("latency", lat, controls, fraction))
+            names = ", ".join(figures.names[b if a == h else a] for a, b in retested)
+            if still:
                 finding.retested = True
                 finding.text += (f"; retested against {names}: "
-                                 f"{figures.bw(statistics.median(bws)) if bws else '-'}, "
-                                 f"{figures.us(statistics.median(lats)) if lats else '-'}")
+                                 f"{figures.bw(bw) if bws else '-'}, "
+                                 f"{figures.us(lat) if lats else '-'}" +
+                                 (f" (at the same time, {control_words})" if controls else ""))
                 judgement.findings.append(finding)
+            elif slow or late:
+                judgement.cleared.append(
+                    f"host {figures.names[h]} was slow in the first pass ({finding.text}) and "
+                    f"when retested ({figures.bw(bw) if bws else '-'}, "
+                    f"{figures.us(lat) if lats else '-'}) but not against {names} beside the "
+                    f"pairs measured at the same time ({control_words}): the machine was busy, "
+                    "not the host")
             else:
                 judgement.cleared.append(f"host {figures.names[h]} was slow in the first pass "
                                          f"({finding.text}) but not against {names}: noise")
@@ -315,10 +402,23 @@ def confirm(figures, judgement):
                 judgement.findings.append(finding)
                 continue
             outlier = _link_outlier(figures, i, j, again)
-            if outlier:
-                finding.text = f"{finding.text}; retested: {outlier[1]}"
+            pair = (min(i, j), max(i, j))
+            controls, control_words = _controls(figures, [pair])
+            if outlier and not outlier[2]:  # relative to its peers: the control's word too
+                value = again.latency_s if outlier[0] == "latency" else again.bandwidth
+                beside = _beside(outlier[0], value, controls, fraction)
+            else:
+                beside = True
+            if outlier and beside:
+                finding.text = f"{finding.text}; retested: {outlier[1]}" + \
+                    (f" (at the same time, {control_words})" if controls else "")
                 finding.retested = True
                 judgement.findings.append(finding)
+            elif outlier:
+                judgement.cleared.append(
+                    f"link {figures.pair(i, j)} was slow in the first pass ({finding.text}) and "
+                    f"when retested, but not beside the pair measured at the same time "
+                    f"({control_words}): the machine was busy, not the link")
             else:
                 judgement.cleared.append(f"link {figures.pair(i, j)} was slow in the first pass "
                                          f"({finding.text}) but not when retested: noise")
