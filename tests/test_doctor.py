@@ -187,7 +187,8 @@ def test_a_slow_link_is_named_and_neither_of_its_hosts(hosts, tmp_path):
 @serial
 def test_a_host_killed_mid_check_is_named_unreachable(hosts, tmp_path):
     """Host 4's rank is SIGKILLed once the first round is recorded: the others name it
-    unreachable at --timeout and go on (the remaining pairs measured), exit 1; nobody hangs."""
+    unreachable at --timeout and go on (the remaining pairs measured), exit 1; nobody hangs.
+    Its row, matrix cells and records show no figure it did not measure."""
     name, subnet = hosts(4)
     output = tmp_path / "killed.jsonl"
     procs = by_hand(name, subnet, 4, *QUICK, "--timeout=10", f"--output={output}")
@@ -222,6 +223,23 @@ def test_a_host_killed_mid_check_is_named_unreachable(hosts, tmp_path):
     assert {(f"{name}1", f"{name}2"), (f"{name}1", f"{name}3"), (f"{name}2", f"{name}3")} <= \
         measured  # the live hosts were all measured against each other
     assert "Traceback" not in "".join(err for _, err in outputs)
+    # its row shows no figure (what it measured before it went is not its own), the matrices
+    # nothing it did not measure: `unreach.`, or a figure of the first round marked `*`
+    stdout = outputs[0][0]
+    row = next(r for r in stdout.splitlines() if r.startswith(f"{name}4 "))
+    assert row.split() == [f"{name}4", "-", "-", "-", "-", "unreachable"], stdout
+    cells = [r.split()[1:] for r in stdout.splitlines() if r.startswith(f"{name}4 ")][1:]
+    assert len(cells) == 3 and all(c == "-" or c == "unreach." or c.endswith("*")
+                                   for r in cells for c in r), stdout
+    assert all("unreach." in r for r in cells), stdout
+    assert f"(unreach.: not measured, a host of the pair did not answer; *: measured before " \
+        f"{name}4 stopped answering)" in stdout, stdout
+    figures = {"latency_s", "forward_Bps", "backward_Bps", "both_Bps"}
+    gone = [r for r in records if r.get("phase") == "pairs" and f"{name}4" in r["hosts"]]
+    assert len(gone) == 3 and all(
+        (r["round"] == 0 and figures <= set(r)) or ("failed" in r and not figures & set(r))
+        for r in gone), gone
+    assert any(r.get("failed") == f"not measured: {name}4 is unreachable" for r in gone), gone
 
 
 @serial

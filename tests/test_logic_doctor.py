@@ -429,3 +429,51 @@ def test_a_suspect_slow_only_as_its_control_pair_is_cleared_the_machine_was_busy
     assert found.cleared[0].endswith("but not against n0, n1 beside the pairs measured at the "
                                      "same time (n1-n3 5 Gbps, n0-n3 5 Gbps): the machine was "
                                      "busy, not the host")
+
+
+# --------------------------------------------------------------------------- the unreachable row
+
+def gone_mid_check():
+    """n3's rank died after the within-host phase and the first round (n0-n3 measured), before
+    rounds 2 and 3 (n1-n3, n2-n3 never measured)."""
+    f = figures(4, link_gbps=10.0, fraction=0.5)
+    del f.links[(1, 3)], f.links[(2, 3)]
+    f.links[(0, 3)] = Link(30e-6, 6 * GBPS, 6 * GBPS, 12 * GBPS)
+    f.unreachable, f.unreachable_why = {3}, {3: "rank 3 did not answer within --timeout 10 s"}
+    return f
+
+
+def test_the_unreachable_row_shows_no_figure_in_the_host_table():
+    """Its own ranks' figures and its links' medians would rest on what it measured before it
+    went (one link of three here): no figure in its row, only that it is unreachable."""
+    f = gone_mid_check()
+    lines = render.report(f, verdict.confirm(f, verdict.first_pass(f)), 2)
+    row = next(line for line in lines if line.startswith("n3 "))
+    assert row.split() == ["n3", "-", "-", "-", "-", "unreachable"], row
+    assert next(line for line in lines if line.startswith("n0 ")).split()[1:3] == \
+        ["160.000", "10.0"]  # the live hosts' own figures stay
+
+
+def test_the_pair_matrix_marks_what_the_unreachable_host_never_measured():
+    f = gone_mid_check()
+    lines = render.report(f, verdict.confirm(f, verdict.first_pass(f)), 1)
+    start = lines.index("Bandwidth (Gbps), row to column, one way:")
+    rows = {line.split()[0]: line.split()[1:] for line in lines[start + 2:start + 6]}
+    assert rows["n3"] == ["6.000*", "unreach.", "unreach.", "-"]  # n0-n3 before it went
+    assert rows["n1"] == ["10.000", "-", "10.000", "unreach."]
+    assert [c for r in rows.values() for c in r if c not in ("-", "unreach.")] and \
+        not any(c in ("0.000", "x") for r in rows.values() for c in r)
+    latency = lines.index("Latency (us), one way:")
+    assert lines[latency + 5].split()[1:] == ["30.0*", "unreach.", "unreach.", "-"]
+    legend = [line for line in lines if line.startswith("(unreach.:")]
+    assert legend == ["(unreach.: not measured, a host of the pair did not answer; *: measured "
+                      "before n3 stopped answering)"]
+
+
+def test_the_verdict_record_leaves_the_unreachable_hosts_links_out_of_its_median():
+    f = gone_mid_check()
+    f.links[(0, 3)] = Link(30e-6, 0.1 * GBPS, 0.1 * GBPS, 0.2 * GBPS)
+    f.links[(0, 1)] = Link(30e-6, 2 * GBPS, 2 * GBPS, 4 * GBPS)
+    record = render.verdict_record(f, verdict.confirm(f, verdict.first_pass(f)))
+    assert record["unreachable"] == ["n3"]
+    assert record["median_link_Bps"] == 10 * GBPS  # 2, 10, 10 (not 0.1, 2, 10, 10: 6)

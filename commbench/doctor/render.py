@@ -9,8 +9,14 @@ def _cell(value, width):
     return str(value).rjust(width)
 
 
+UNREACHABLE = "unreach."  # a matrix cell of a pair never measured: one of its hosts was gone
+
+
 def _matrix(figures, title, value):
-    """Rows and columns by host; `value(link)` is the cell's text (the diagonal is `-`)."""
+    """Rows and columns by host; `value(link)` is the cell's text (the diagonal is `-`). A pair
+    with an unreachable host shows what it measured before the host went, marked `*`, or
+    `unreach.`: never a figure it did not measure; `x`, a pair of live hosts whose measurement
+    failed."""
     names = figures.names
     width = max(9, *(len(name) for name in names))
     lines = ["", title, " " * width + " " + " ".join(_cell(n, width) for n in names)]
@@ -21,7 +27,11 @@ def _matrix(figures, title, value):
                 cells.append("-")
                 continue
             link = figures.link(i, j)
-            cells.append("x" if link is None else value(link, i < j))
+            gone = i in figures.unreachable or j in figures.unreachable
+            if link is None:
+                cells.append(UNREACHABLE if gone else "x")
+            else:
+                cells.append(value(link, i < j) + ("*" if gone else ""))
         lines.append(name.ljust(width) + " " + " ".join(_cell(c, width) for c in cells))
     return lines
 
@@ -41,8 +51,11 @@ def report(figures, judgement, per_host):
         host = figures.hosts.get(h)
         bw, lat = figures.host_link_figures(h)
         state = "unreachable" if h in figures.unreachable else "SUSPECT" if h in named else "ok"
+        if h in figures.unreachable:  # what it measured before it went is not its figure
+            host, bw, lat = None, None, None
+        busbw = f"{host.busbw_Bps * scale:.3f}" if host and host.busbw_Bps else "-"
         lines.append(f"{name:<{width}}  "
-                     f"{(f'{host.busbw_Bps * scale:.3f}' if host and host.busbw_Bps else '-'):>14}  "
+                     f"{busbw:>14}  "
                      f"{(f'{host.latency_s * 1e6:.1f}' if host and host.latency_s else '-'):>14}  "
                      f"{(f'{bw * scale:.3f}' if bw else '-'):>12}  "
                      f"{(f'{lat * 1e6:.1f}' if lat else '-'):>14}  {state}")
@@ -54,6 +67,10 @@ def report(figures, judgement, per_host):
                          lambda link, _: f"{link.both_Bps * scale:.3f}")
         lines += _matrix(figures, "Latency (us), one way:",
                          lambda link, _: f"{link.latency_s * 1e6:.1f}")
+        if figures.unreachable and len(names) > 1:
+            gone = ", ".join(names[h] for h in sorted(figures.unreachable))
+            lines += ["", f"({UNREACHABLE}: not measured, a host of the pair did not answer; *: "
+                          f"measured before {gone} stopped answering)"]
     lines.append("")
     if judgement.findings:
         lines.append(f"Verdict: {len(judgement.findings)} finding"
@@ -186,7 +203,8 @@ def verdict_record(figures, judgement):
     links = [[names[a], names[b]] for f in judgement.findings if f.kind == "link"
              for a, b in (f.hosts,)]
     unreachable = [names[f.hosts[0]] for f in judgement.findings if f.kind == "unreachable"]
-    bws = [lk.bandwidth for lk in figures.links.values() if lk.bandwidth]
+    bws = [lk.bandwidth for pair, lk in figures.links.items() if lk.bandwidth and
+           not set(pair) & figures.unreachable]  # the live hosts' links
     leave = excluded(figures, judgement)
     return {"type": "verdict", "suspect_hosts": hosts, "suspect_links": links,
             "unreachable": unreachable, "healthy": not judgement.findings,

@@ -196,6 +196,8 @@ class Check:
                     if host not in self.figures.unreachable else None
                 if found and "failed" not in found and {"busbw_Bps", "latency_s"} <= set(found):
                     table[host] = verdict.Host(found["busbw_Bps"], found["latency_s"])
+                if host in self.figures.unreachable:
+                    found = {"failed": f"not measured: {self.hosts[host]} is unreachable"}
                 self._record({"phase": phase, "host": self.hosts[host],
                               "ranks": self.ranks[host], **(found or {"failed": "no answer"})})
 
@@ -239,6 +241,10 @@ class Check:
             if self.comm.global_rank == 0:
                 for index, (a, b) in enumerate(pairs):
                     found = self.control.fetch(f"{phase}/{number}/{a}-{b}", timeout=0)
+                    gone = [self.hosts[h] for h in (a, b) if h in self.figures.unreachable]
+                    if gone and found is None:  # no figure, only why
+                        found = {"round": number, "failed": f"not measured: {gone[0]} is "
+                                                            "unreachable"}
                     found = found or {"round": number, "failed": "no answer"}
                     if phase == "retest" and index:
                         self._take("control", a, b, found, control_for=pairs[0])
