@@ -313,3 +313,75 @@ def test_a_broken_input_is_one_line_and_nothing_left(tmp_path, content):
     assert len(lines) == 1 and lines[0].startswith("report.py: error: "), made.stderr
     assert "Traceback" not in made.stderr
     assert list(page.parent.iterdir()) == []
+
+
+def _between(dom, start, end):
+    return dom[dom.index(start):dom.index(end)]
+
+
+def test_the_page_leads_with_the_answer(runs, tmp_path):
+    """Issue 36, 5: the summary first (each run's peak BusBW and small-message latency per op,
+    the results file's), then what ran (the command as typed, without the launcher's
+    --local_rank), the curves, the tables; a contents list; the legend last."""
+    import json
+    launched = tmp_path / "launched.jsonl"  # as the deepspeed launcher starts rank 0
+    lines = runs["gloo"].read_text().splitlines()
+    meta = json.loads(lines[0])
+    meta["command"][2:2] = ["--local_rank=0"]
+    launched.write_text("\n".join([json.dumps(meta)] + lines[1:]) + "\n")
+    page = tmp_path / "answer.html"
+    made = html(launched, runs["ccl"], output=page)
+    assert made.returncode == 0, made.stderr
+    dom, tables = opened(page, tmp_path)
+    sections = re.findall(r'<h2 id="([\w-]+)"', dom)
+    assert sections == ["summary", "runs", "curves", "comparison", "tables-1", "tables-2",
+                        "reading"], sections
+    contents = _between(dom, 'id="contents"', "</nav>")
+    assert re.findall(r'href="#([\w-]+)"', contents) == sections
+    # the first screen: nothing before the summary but the title, one line and the contents
+    before = re.sub(r"<[^>]+>", "", dom[dom.index("<body"):dom.index('id="summary"')])
+    assert len(before.split()) < 80 and "<table" not in dom[:dom.index('id="summary"')]
+    summary = next(t for t in tables if t["attrs"].get("class") == "summary")
+    assert dom.index('class="summary"') < min(dom.index('class="results"'), dom.index("<svg"),
+                                              dom.index('class="compare"'),
+                                              dom.index('class="legend"'))
+    heads = [text for text, _ in summary["rows"][0]]
+    assert heads[:5] == ["op", "A: peak BusBW (Gbps)", "A: at", "A: latency", "A: at"]
+    for side, path in ((0, runs["gloo"]), (1, runs["ccl"])):
+        records = {}
+        for record in final_records(path):
+            records.setdefault(record["op"], []).append(record)
+        for row in summary["rows"][1:]:
+            peak, at, latency, smallest = row[1 + 4 * side:5 + 4 * side]
+            mine = records[row[0][0]]
+            best = max(mine, key=lambda r: r["busbw_Bps"])
+            least = min(mine, key=lambda r: r["size_bytes"])
+            assert (float(peak[1]), int(at[1])) == (best["busbw_Bps"], best["size_bytes"])
+            assert (float(latency[1]), int(smallest[1])) == (least["duration_s"],
+                                                             least["size_bytes"])
+        assert {row[0][0] for row in summary["rows"][1:]} == set(records)
+    assert re.search(r"<code>python3? run_all\.py --scan --maxsize=12 ", dom)
+    assert "local_rank" not in dom and "local-rank" not in dom
+
+
+def test_sizes_in_one_run_and_a_verdict_on_few_sizes(tmp_path):
+    """Issue 36, 5: A to 2 MB, B to 1 MB: where the verdict is (the summary and the op's
+    table), the sizes only in A, and the large-message verdict resting on 1 size."""
+    made = {}
+    for name, largest in (("a", "2M"), ("b", "1M")):
+        made[name] = tmp_path / f"{name}.jsonl"
+        result = launch("run_all.py", "--all-reduce", "--min-bytes=256K", f"--max-bytes={largest}",
+                        "--trials=3", "--dist=torch", "--backend=gloo",
+                        f"--output={made[name]}", nproc=2)
+        assert result.returncode == 0, result
+    page = tmp_path / "sizes.html"
+    result = html(made["a"], made["b"], output=page)
+    assert result.returncode == 0, result.stderr
+    text = page.read_text()
+    for where in (_between(text, 'id="summary"', 'id="runs"'),
+                  _between(text, 'id="comparison"', 'class="compare"')):
+        assert "adds" in where or "faster" in where or "nothing" in where, where
+        assert '<div class="note">sizes only in A (not compared): 2.0 MB</div>' in where
+        assert ('<div class="note">the large-message verdict rests on 1 size: 1.0 MB '
+                '(fewer than 3)</div>') in where
+        assert "only in B" not in where

@@ -14,12 +14,16 @@ its --groups layouts, --overlap, --stats, --check and --repeat columns when pres
 table or nccl-tests output (curves and tables from what they print), a doctor.py run (its
 heatmaps and verdict), a parallel_bench.py run (its strategies), a replay.py run (its tables
 and the job against the replay). Two or more runs of the op scripts: compare's verdicts, each
-against the first, and their curves overlaid. The file is written whole or not at all."""
+against the first, and their curves overlaid. The page leads with the answer: a summary of each
+run's headline figures (and the verdicts, with the sizes only one run has and a verdict on few
+sizes said so), what ran (the command as typed), the curves, the tables, the legend last. The
+file is written whole or not at all."""
 
 import io
 import json
 import os
 import re
+import shlex
 import tempfile
 import time
 
@@ -97,10 +101,32 @@ LEGEND = [
     ("broadcast", "S/t", "S/t"), ("pt2pt", "S/t", "S/t")]
 
 
+# What a launcher adds to each rank's command line (the deepspeed launcher and torch's old
+# launch: --local_rank=N; torchrun --no-python and others: --local-rank N), not typed by anyone.
+LAUNCHER_ARGUMENTS = ("--local_rank", "--local-rank")
+
+
+def typed_command(command):
+    """The command as typed, as a shell line: the interpreter by its name, then the script and
+    its arguments without those a launcher added to every rank's (`--local_rank=0`)."""
+    if not command:
+        return "-"
+    words, rest = [os.path.basename(command[0])], list(command[1:])
+    while rest:
+        word = rest.pop(0)
+        name = word.split("=", 1)[0]
+        if name in LAUNCHER_ARGUMENTS:
+            if "=" not in word and rest and re.fullmatch(r"\d+", rest[0]):
+                rest.pop(0)  # --local-rank 0: its value too
+            continue
+        words.append(word)
+    return shlex.join(words)
+
+
 def what_ran(meta):
     versions = ", ".join(f"{k} {v}" for k, v in (meta.get("versions") or {}).items())
     hosts = meta.get("hostnames") or meta.get("hosts") or []
-    rows = [("command", " ".join(meta.get("command") or []) or "-"),
+    rows = [("command", typed_command(meta.get("command"))),
             ("layer", {"deepspeed": "deepspeed.comm", "torch": "torch.distributed"}.get(
                 meta.get("dist"), meta.get("dist") or "-")),
             ("backend, device", f"{meta.get('backend', '-')}, {meta.get('device', '-')}"),
@@ -299,7 +325,7 @@ def replay_section(path):
 
 def _complete(section):
     """Every key the template reads, on every section."""
-    return {"warnings": [], "tables": {}, "curves": None, "layouts": None, "verdict": [],
+    return {"warnings": [], "tables": {}, "layouts": None, "verdict": [],
             "figure": None, **section}
 
 
@@ -334,13 +360,67 @@ def section_of(path):
 
 # ------------------------------------------------------------------------------ the page
 
+def headlines(runs):
+    """The summary: per op (in report order, every run's) and run (A, B, ...: as compared),
+    the peak bus bandwidth and the size it was reached at, and the small-message latency (the
+    smallest size's duration)."""
+    found = []
+    for letter, run in zip(_letters(), runs):
+        by_op = {}
+        for key, sizes in run.ops.items():
+            if not sizes:
+                continue
+            peak = max(sizes.values(), key=lambda m: (m.busbw, -m.size))
+            by_op[key] = {"peak": peak if peak.busbw > 0 else None, "latency": sizes[min(sizes)],
+                          "busbw": None if peak.busbw <= 0 else
+                          f"{bandwidth(peak.busbw, run.bw_unit):.3f}"}
+        found.append({"letter": letter, "label": run.label, "path": run.path,
+                      "unit": bandwidth_label(run.bw_unit), "ops": by_op})
+    return {"runs": found, "ops": op_order([key for run in found for key in run["ops"]])}
+
+
+def _letters():
+    for number in range(10 ** 6):
+        yield "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[number] if number < 26 else f"R{number + 1}"
+
+
+# A verdict of a group of sizes (small, large) resting on fewer sizes than this says so.
+FEW_SIZES = 3
+
+
+def _sizes(sizes):
+    return ", ".join(map(human_size, sizes))
+
+
+def notes(entry):
+    """What a verdict should say beside it: the sizes only one run has, and a group verdict
+    resting on fewer than FEW_SIZES sizes (which)."""
+    found = []
+    for side, sizes in (("A", entry["only_a"]), ("B", entry["only_b"])):
+        if sizes and entry["rows"]:
+            found.append(f"sizes only in {side} (not compared): {_sizes(sizes)}")
+    ratios = [r for r in entry["rows"] if r["ratio"]]
+    groups = [("small-message", [r["size"] for r in ratios if r["size"] < comparing.SMALL]),
+              ("large-message", [r["size"] for r in ratios if r["size"] >= comparing.LARGE])]
+    if not any(sizes for _, sizes in groups):  # a verdict over every size both runs have
+        groups = [("", [r["size"] for r in ratios])] if entry.get("all") else []
+    for name, sizes in groups:
+        if 0 < len(sizes) < FEW_SIZES:
+            found.append(f"the {name + ' ' if name else ''}verdict rests on {len(sizes)} "
+                         f"size{'s' if len(sizes) > 1 else ''}: {_sizes(sizes)} (fewer than "
+                         f"{FEW_SIZES})")
+    return found
+
+
 def comparisons(runs):
-    """Each run against the first: compare's verdicts and rows, with intervals."""
+    """Each run against the first: compare's verdicts and rows, with intervals, each verdict
+    with its notes (sizes in one run only, a verdict on few sizes)."""
     found = []
     for run in runs[1:]:
         report = comparing.compare(runs[0], run, 1.10)
+        ops = [{**entry, "notes": notes(entry)} for entry in report["ops"]]
         found.append({"a": report["a"], "b": report["b"], "warnings": report["warnings"],
-                      "unit": bandwidth_label(report["bw_unit"]), "ops": report["ops"],
+                      "unit": bandwidth_label(report["bw_unit"]), "ops": ops,
                       "repeated": report["repeated"]})
     return found
 
@@ -353,17 +433,17 @@ def render(paths):
         sections.append(_complete(section))
         if run is not None:
             runs.append(run)
-    if len(runs) == 1 and any(s > 0 for data in runs[0].ops.values() for s in data):
-        # one run: its curves in its section; several: one figure of them all, overlaid
-        next(s for s in sections if s["kind"] == "suite")["curves"] = curves(runs)
+    # one figure of every run's curves (overlaid when several), after the runs' facts
+    drawn = curves(runs) if runs and any(s > 0 for run in runs for data in run.ops.values()
+                                         for s in data) else None
     environment = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined,
                                      loader=jinja2.FileSystemLoader(os.path.dirname(TEMPLATE)))
     environment.filters["size"] = human_size
     environment.filters["duration"] = duration
     page = environment.get_template(os.path.basename(TEMPLATE)).render(
         generated=time.strftime("%Y-%m-%d %H:%M:%S %z"), paths=paths, sections=sections,
-        comparisons=comparisons(runs) if len(runs) > 1 else [],
-        overlaid=curves(runs) if len(runs) > 1 else None, legend=LEGEND)
+        comparisons=comparisons(runs) if len(runs) > 1 else [], headlines=headlines(runs),
+        curves=drawn, few_sizes=FEW_SIZES, legend=LEGEND)
     return page
 
 
