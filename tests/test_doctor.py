@@ -187,11 +187,12 @@ def test_a_slow_link_is_named_and_neither_of_its_hosts(hosts, tmp_path):
 @serial
 def test_a_host_killed_mid_check_is_named_unreachable(hosts, tmp_path):
     """Host 4's rank is SIGKILLed once the first round is recorded: the others name it
-    unreachable at --timeout and go on (the remaining pairs measured), exit 1; nobody hangs.
-    Its row, matrix cells and records show no figure it did not measure."""
+    unreachable as soon as its heartbeat in the store stands still (10 s), not at --timeout
+    120, and go on (the remaining pairs measured), exit 1; nobody hangs. Its row, matrix cells
+    and records show no figure it did not measure."""
     name, subnet = hosts(4)
     output = tmp_path / "killed.jsonl"
-    procs = by_hand(name, subnet, 4, *QUICK, "--timeout=10", f"--output={output}")
+    procs = by_hand(name, subnet, 4, *QUICK, "--timeout=120", f"--output={output}")
     try:
         deadline = time.monotonic() + 120
         while not (output.exists() and len(output.read_text().splitlines()) >= 2):
@@ -201,7 +202,10 @@ def test_a_host_killed_mid_check_is_named_unreachable(hosts, tmp_path):
         pids = subprocess.run(["ip", "netns", "pids", f"{name}4"], capture_output=True,
                               text=True).stdout.split()
         subprocess.run(["kill", "-9", *pids], check=True)
-        outputs = [proc.communicate(timeout=180) for proc in procs]  # a hang guard only
+        killed = time.monotonic()
+        outputs = [procs[0].communicate(timeout=300)]  # a hang guard only
+        named_in = time.monotonic() - killed  # rank 0 has named it, finished the check, exited
+        outputs += [proc.communicate(timeout=60) for proc in procs[1:]]
     finally:
         for proc in procs:
             proc.kill()
@@ -212,12 +216,16 @@ def test_a_host_killed_mid_check_is_named_unreachable(hosts, tmp_path):
     _, records, final = verdict_of(output, shown)
     assert (final["suspect_hosts"], final["suspect_links"], final["unreachable"]) == \
         ([], [], [f"{name}4"])
+    # the bound docs/doctor.md states: named within 10 s of its death (and the rest of the
+    # check: two rounds of three hosts, a few seconds here), not --timeout 120
+    assert named_in < 40, f"{named_in:.1f} s\n{shown}"
     stderr = outputs[0][1]
-    assert f"commbench: host {name}4 is unreachable: rank 3 did not answer within --timeout 10 s" \
-        in stderr, stderr
+    assert f"commbench: host {name}4 is unreachable: rank 3 stopped answering: its heartbeat in " \
+        "the store stood still for 10 s (round " in stderr, stderr
     (line,) = findings(stderr)
-    assert line.startswith(f"commbench: unreachable host {name}4 (no answer): rank 3 did not "
-                           "answer within --timeout 10 s (round "), line
+    assert line.startswith(f"commbench: unreachable host {name}4 (no answer): rank 3 stopped "
+                           "answering: its heartbeat in the store stood still for 10 s "
+                           "(round "), line
     measured = {tuple(r["hosts"]) for r in records
                 if r.get("phase") == "pairs" and "failed" not in r}
     assert {(f"{name}1", f"{name}2"), (f"{name}1", f"{name}3"), (f"{name}2", f"{name}3")} <= \

@@ -477,3 +477,33 @@ def test_the_verdict_record_leaves_the_unreachable_hosts_links_out_of_its_median
     record = render.verdict_record(f, verdict.confirm(f, verdict.first_pass(f)))
     assert record["unreachable"] == ["n3"]
     assert record["median_link_Bps"] == 10 * GBPS  # 2, 10, 10 (not 0.1, 2, 10, 10: 6)
+
+
+# --------------------------------------------------------------------------- a rank's death
+
+class FakeStore:
+    def __init__(self):
+        self.keys = {}
+
+    def check(self, keys):
+        return all(key in self.keys for key in keys)
+
+    def get(self, key):
+        return self.keys[key]
+
+
+def test_a_rank_is_dead_once_its_heartbeat_stands_still_for_dead_s():
+    """Rank 0's clock only: the first look starts it, any change of the counter restarts it."""
+    from commbench.doctor import control
+    watcher = object.__new__(control.Control)
+    watcher.store, watcher._beats = FakeStore(), {}
+    watcher.store.keys["beat/3"] = b"1"
+    assert not watcher.dead(3, now=100.0)
+    assert not watcher.dead(3, now=100.0 + control.DEAD_S - 0.1)
+    watcher.store.keys["beat/3"] = b"2"  # it beat: alive, its clock starts again
+    assert not watcher.dead(3, now=100.0 + control.DEAD_S + 1)
+    assert not watcher.dead(3, now=100.0 + 2 * control.DEAD_S)
+    assert watcher.dead(3, now=101.0 + 2 * control.DEAD_S)  # 10 s without a beat
+    assert not watcher.dead(5, now=200.0)  # never beat: judged from the first look
+    assert watcher.dead(5, now=200.0 + control.DEAD_S)
+    assert control.DEAD_S <= 10 and control.BEAT_S * 10 <= control.DEAD_S

@@ -4,9 +4,16 @@ a hang. They meet at torch.distributed's rendezvous store instead (the TCPStore 
 for the process group): each rank says it has finished a step, rank 0 waits for them until
 --timeout, names the ranks that never came, and says to every rank which hosts are gone; the
 figures go through the store too. Only rank 0's own loss ends the check early (its store goes
-with it), with one line saying so."""
+with it), with one line saying so.
+
+A rank that dies is named as soon as its death can be known, not at --timeout: every rank beats
+a heartbeat in the store (a counter, every BEAT_S, from a thread of its own on a connection of
+its own), and rank 0, waiting for a rank at a step, names it gone once its heartbeat has not
+moved for DEAD_S by rank 0's clock (no clocks compared across hosts). A rank that hangs with its
+process alive (its heartbeat beating) is still waited for until --timeout."""
 
 import json
+import threading
 import time
 import uuid
 
@@ -15,6 +22,8 @@ import torch.distributed
 from ..errors import BenchmarkError
 
 POLL_S = 0.05
+BEAT_S = 0.5  # a rank's heartbeat: every this many seconds
+DEAD_S = 10.0  # a heartbeat that has not moved for this long: its rank is gone
 
 
 class Control:
@@ -30,6 +39,48 @@ class Control:
         torch.distributed.broadcast(run, 0)
         self.store = torch.distributed.PrefixStore(f"commbench-doctor-{int(run.item())}/", default)
         self.gone = set()  # ranks that missed a step: their hosts are unreachable
+        self.dead_why = {}  # rank -> how its loss was known ("heartbeat" or "timeout")
+        self._beats = {}  # rank 0: rank -> (its last heartbeat seen, when it was first seen)
+        self._stop = threading.Event()
+        self._beater = None
+        try:  # a connection of the heartbeat's own: a store client is not shared by threads
+            beat_store = self.store.clone()
+        except (AttributeError, RuntimeError):
+            beat_store = None  # an older torch: --timeout alone
+        if beat_store is not None:
+            self._beater = threading.Thread(target=self._beat, args=(beat_store,),
+                                            name="commbench-doctor-heartbeat", daemon=True)
+            self._beater.start()
+
+    def _beat(self, store):
+        count = 0
+        while not self._stop.is_set():
+            count += 1
+            try:
+                store.set(f"beat/{self.rank}", str(count))
+            except RuntimeError:
+                return  # rank 0's store is gone: the main thread says so
+            self._stop.wait(BEAT_S)
+
+    def close(self):
+        """Stop the heartbeat (at the end of the check)."""
+        self._stop.set()
+        if self._beater is not None:
+            self._beater.join(timeout=2 * BEAT_S + 1)
+
+    def dead(self, rank, now=None):
+        """Rank 0: whether `rank`'s heartbeat has not moved for DEAD_S (the first look at it
+        starts its clock; a rank that never beat is judged from then)."""
+        now = time.monotonic() if now is None else now
+        try:
+            beat = self.store.get(f"beat/{rank}") if self.present([f"beat/{rank}"]) else None
+        except RuntimeError as error:
+            raise self._lost(error) from None
+        last = self._beats.get(rank)
+        if last is None or last[0] != beat:
+            self._beats[rank] = (beat, now)
+            return False
+        return now - last[1] >= DEAD_S
 
     def _lost(self, error):
         return BenchmarkError(f"rank {self.rank}: lost rank 0's host (its rendezvous store: "
@@ -61,14 +112,18 @@ class Control:
         except RuntimeError as error:
             raise self._lost(error) from None
 
-    def wait_for(self, keys, timeout=None):
-        """Until every key is posted, or the timeout; returns the keys still missing."""
+    def wait_for(self, keys, timeout=None, ranks=None):
+        """Until every key is posted, or the timeout; returns the keys still missing. `ranks`
+        (rank 0): each key's rank, whose key is given up on once its heartbeat stops."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        missing = list(keys)
+        missing, looked = list(keys), time.monotonic()
         while missing:
             missing = [key for key in missing if not self.present([key])]
             if missing and time.monotonic() >= deadline:
                 break
+            if missing and ranks and time.monotonic() - looked >= BEAT_S:
+                looked = time.monotonic()
+                missing = [key for key in missing if not self.dead(ranks[key], looked)]
             if missing:
                 time.sleep(POLL_S)
         return missing
@@ -80,12 +135,22 @@ class Control:
         if self.rank == 0:
             waiting = [r for r in range(self.world_size) if r not in self.gone]
             deadline = time.monotonic() + self.timeout
+            dead, looked = [], time.monotonic()
             while waiting and time.monotonic() < deadline:
                 waiting = [r for r in waiting if not self.present([f"arrived/{name}/{r}"])]
+                if waiting and time.monotonic() - looked >= BEAT_S:
+                    looked = time.monotonic()
+                    now_dead = [r for r in waiting if self.dead(r, looked)]
+                    for r in now_dead:
+                        self.dead_why.setdefault(r, "heartbeat")
+                    dead += now_dead
+                    waiting = [r for r in waiting if r not in now_dead]
                 if waiting:
                     time.sleep(POLL_S)
-            self.post(f"go/{name}", sorted(waiting))
-            new = set(waiting)
+            for r in waiting:
+                self.dead_why.setdefault(r, "timeout")
+            self.post(f"go/{name}", sorted(waiting + dead))
+            new = set(waiting + dead)
         else:
             # rank 0 may itself wait --timeout for a lost rank before it answers
             found = self.fetch(f"go/{name}", timeout=2 * self.timeout + 30)

@@ -22,7 +22,7 @@ from ..errors import UsageError
 from ..flags import UsageParser, prog
 from ..numbers import byte_count, float_in, int_at_least
 from ..table import emit, note, output_failure
-from . import measure, render, schedule, verdict
+from . import control, measure, render, schedule, verdict
 from .control import Control
 
 DEFAULT_MIN_FRACTION = 0.5
@@ -81,8 +81,9 @@ def parser():
     p.add_argument("--bw-unit", choices=defaults.BW_UNITS, default=defaults.DEFAULT_UNIT)
     p.add_argument("--timeout", type=float_in(0, 1e6, "a positive number of seconds"),
                    default=120, metavar="SECONDS",
-                   help="seconds a rank waits for a peer; a host that does not answer within it "
-                        "is named unreachable (default %(default)s)")
+                   help="seconds a rank waits for a peer that hangs; a host that does not "
+                        "answer within it is named unreachable (one whose rank died: as soon as "
+                        "its heartbeat stands still, 10 s; default %(default)s)")
     p.add_argument("--output", metavar="PATH",
                    help="write a meta record, a record per measurement and the verdict to PATH "
                         "(.jsonl or .json)")
@@ -139,9 +140,12 @@ class Check:
             host = self.hosts.index(self.comm.hostnames[rank])
             if host not in self.figures.unreachable:
                 self.figures.unreachable.add(host)
-                self.figures.unreachable_why[host] = (
-                    f"rank {rank} did not answer within --timeout {self.args.timeout:g} s "
-                    f"({_step_words(name)})")
+                if self.control.dead_why.get(rank) == "heartbeat":
+                    why = (f"rank {rank} stopped answering: its heartbeat in the store stood "
+                           f"still for {control.DEAD_S:g} s")
+                else:
+                    why = f"rank {rank} did not answer within --timeout {self.args.timeout:g} s"
+                self.figures.unreachable_why[host] = f"{why} ({_step_words(name)})"
                 self.say(f"host {self.hosts[host]} is unreachable: "
                          f"{self.figures.unreachable_why[host]}; the check goes on without it")
 
@@ -352,14 +356,16 @@ def main(local_rank, args):
             emit(sys.stderr, f"commbench: {render.exit_line(status)}")
         check.control.post("status", status)
         # Rank 0 holds the store: it stays until every live rank has read the status.
-        check.control.wait_for([f"done/{r}" for r in range(1, comm.world_size)
-                                if r not in check.control.gone])
+        live = [r for r in range(1, comm.world_size) if r not in check.control.gone]
+        check.control.wait_for([f"done/{r}" for r in live],
+                               ranks={f"done/{r}": r for r in live})
     else:
         status = check.control.fetch("status", timeout=2 * args.timeout + 30)
         status = 1 if status is None else status
         if status and check.leader:  # each host's log says it, before its launcher's lines
             emit(sys.stderr, f"commbench: {render.exit_line(status, check.hosts[check.my_host])}")
         check.control.post(f"done/{comm.global_rank}", 1)
+    check.control.close()
     if check.figures.unreachable or check.control.gone:
         # A lost peer: tearing the process group down could wait on it; the result is out.
         sys.stdout.flush()
