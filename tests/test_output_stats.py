@@ -14,6 +14,7 @@ import time
 import psutil
 import pytest
 
+import commbench
 from commbench import results
 from support import ROOT, base_env, free_port, launcher_command, parse_tables
 
@@ -40,7 +41,8 @@ def test_output_matches_the_table(run, tmp_path, extension):
             ("torch", "gloo", "cpu", "float")
         assert meta["world_size"] == 3 and len(meta["hostnames"]) == 3
         assert meta["trials"] == 3 and meta["warmups"] == 5
-        assert set(meta["versions"]) == {"python", "torch"}  # --dist torch: no deepspeed
+        assert set(meta["versions"]) == {"python", "torch", "commbench"}  # no deepspeed
+        assert meta["versions"]["commbench"] == commbench.__version__
         assert "--output" in " ".join(meta["command"]) and meta["start_time"]
     rows = [(table.op, row) for table in result.tables for row in table.rows]
     assert len(records) == len(rows) == 6 * 7
