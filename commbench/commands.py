@@ -45,14 +45,13 @@ def split(argv):
 
 def _run(command, argv):
     """Run COMMAND as its script would; returns its exit status."""
-    if command in defaults.OPS:
-        from . import harness, ops
-        from .harness import run_op
-        descriptor = ops.descriptor(command)
-        harness.cli(lambda local_rank, args: run_op(descriptor, local_rank, args), argv)
-    if command == "run_all":
-        from . import harness, run_all
-        harness.cli(run_all.run, argv)
+    if command in defaults.OPS or command == "run_all":  # harness.cli exits with the status
+        import functools
+
+        from . import harness, ops, run_all
+        run = run_all.run if command == "run_all" else \
+            functools.partial(harness.run_op, ops.descriptor(command))
+        harness.cli(run, argv)
     if command == "doctor":
         from .doctor.run import command as doctor
         return doctor(argv)
