@@ -25,13 +25,15 @@ $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml
 	$(BIN)/pip install --quiet -c constraints.txt -r requirements.txt
 	touch $@
 
-# The table on stdout, the results in results/bench.jsonl and their curves in results/curves.png.
+# The table on stdout, the results in results/bench.jsonl (and, run after run, in the results
+# database results/commbench.db: report.py history --db results/commbench.db) and their curves in
+# results/curves.png.
 # BACKEND: ccl (oneCCL, installed by `make ccl` first: what DeepSpeed itself runs on CPU once its
 # bindings import) or gloo (nothing more to build).
 BACKEND ?= ccl
 bench: venv ops $(filter ccl,$(BACKEND))
 	mkdir -p results
-	$(BIN)/deepspeed --num_gpus $(NPROC) run_all.py $(BENCH_ARGS) --backend $(BACKEND) --output results/bench.jsonl --overwrite
+	$(BIN)/deepspeed --num_gpus $(NPROC) run_all.py $(BENCH_ARGS) --backend $(BACKEND) --output results/bench.jsonl --overwrite --db results/commbench.db
 	$(BIN)/python report.py plot results/bench.jsonl -o results/curves.png
 	$(BIN)/python report.py html results/bench.jsonl -o results/report.html
 	@echo "the run on one page: $(CURDIR)/results/report.html"
@@ -39,13 +41,18 @@ bench: venv ops $(filter ccl,$(BACKEND))
 # The six parallel strategies measured on $(NPROC) local CPU ranks (parallel_bench.py), held
 # against the estimate from the collective curves of the same ranks: results/strategies.md
 # (printed) and results/strategies.png. STRATEGY_ARGS: parallel_bench.py's flags (model size,
-# steps, --dtype bfloat16, ...).
+# steps, --dtype bfloat16, ...). DS_CONFIG=FILE: your DeepSpeed config instead of the six: the
+# ZeRO stage it names, with its buckets, limits, batch and dtype (docs/strategies.md);
+# DS_CONFIG_SWEEP=KEY=V1,V2,... sweeps one of its keys.
 STRATEGY_ARGS ?=
+DS_CONFIG ?=
+DS_CONFIG_SWEEP ?=
+STRATEGY_SET = $(if $(DS_CONFIG),--ds-config $(DS_CONFIG)$(if $(DS_CONFIG_SWEEP), --ds-config-sweep $(DS_CONFIG_SWEEP)),--strategy all)
 strategies: venv
 	mkdir -p results
 	$(BIN)/torchrun --nproc_per_node $(NPROC) run_all.py --dist torch --scan --maxsize 22 --all-reduce --all-gather --reduce-scatter --pt2pt --output results/strategy-curves.jsonl --overwrite
 	rm -f results/strategies.jsonl
-	$(BIN)/torchrun --nproc_per_node $(NPROC) parallel_bench.py --strategy all $(STRATEGY_ARGS) --output results/strategies.jsonl
+	$(BIN)/torchrun --nproc_per_node $(NPROC) parallel_bench.py $(STRATEGY_SET) $(STRATEGY_ARGS) --output results/strategies.jsonl
 	$(BIN)/python report.py strategy results/strategy-curves.jsonl --measured results/strategies.jsonl --plot results/strategies.png > results/strategies.md
 	cat results/strategies.md
 

@@ -2,8 +2,12 @@
 simulated hosts (scripts/sim-hosts.sh: network namespaces; root): for each host count, R checks
 of healthy hosts, then one with a host's link slowed and one with a single link slowed (htb).
 One rank per host, started by hand as a launcher would (RANK, WORLD_SIZE, MASTER_ADDR, ...).
+`--plans full,screen` runs each plan on the same simulated hosts, one after the other, for
+each case (`--cases`: healthy, slow host, slow link).
 
     .venv/bin/python benchmarks/doctor_check.py --hosts 4,8 --repeat 5
+    .venv/bin/python benchmarks/doctor_check.py --hosts 16 --repeat 1 --plans full,screen \
+        --cases "healthy,slow host"
 
 Prints one line per check and a summary per host count; docs/doctor.md quotes it.
 """
@@ -46,6 +50,7 @@ def check(name, subnet, count, args, output):
 def named(verdict):
     return ([f"host {h}" for h in verdict["suspect_hosts"]] +
             [f"link {a}-{b}" for a, b in verdict["suspect_links"]] +
+            [f"switch {s}" for s in verdict.get("suspect_switches", [])] +
             [f"unreachable {h}" for h in verdict["unreachable"]])
 
 
@@ -54,6 +59,11 @@ def main():
     parser.add_argument("--hosts", default="4,8", help="host counts (default 4,8)")
     parser.add_argument("--repeat", type=int, default=5, help="healthy checks per count")
     parser.add_argument("--rate", default="200mbit", help="a slowed host's or link's rate")
+    parser.add_argument("--plans", default="", help="doctor.py --plan of each check, "
+                        "comma-separated (full,screen: both on the same hosts); default: "
+                        "doctor.py's own (auto)")
+    parser.add_argument("--cases", default="healthy,slow host,slow link",
+                        help="comma-separated, of: healthy, slow host, slow link")
     parser.add_argument("doctor_args", nargs="*", help="flags for doctor.py (after --)")
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -63,9 +73,14 @@ def main():
     model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines()
                   if line.startswith("Model name")), "?")
     print(f"# {model}, {os.cpu_count()} CPUs; doctor.py {' '.join(args.doctor_args)}")
+    plans = [p for p in args.plans.split(",") if p] or [""]
+    cases = [c.strip() for c in args.cases.split(",")]
+    if any(c not in ("healthy", "slow host", "slow link") for c in cases):
+        parser.error(f"--cases: healthy, slow host, slow link: {args.cases}")
     for count in map(int, args.hosts.split(",")):
-        times, healthy = [], 0
-        for case in ["healthy"] * args.repeat + ["slow host", "slow link"]:
+        times, healthy = {p: [] for p in plans}, {p: 0 for p in plans}
+        each = [c for c in ["healthy"] * args.repeat + ["slow host", "slow link"] if c in cases]
+        for case in each:
             name = "bd" + uuid.uuid4().hex[:5]
             subnet = f"10.{random.randint(128, 191)}.{random.randint(0, 255)}"
             subprocess.run([str(SIM), "up", name, str(count), subnet], check=True,
@@ -81,25 +96,33 @@ def main():
                     want = [f"link {name}1-{name}3"]
                 else:
                     want = []
-                seconds, statuses, verdict = check(name, subnet, count, args.doctor_args, out)
+                runs = []
+                for plan in plans:
+                    flags = [f"--plan={plan}"] if plan else []
+                    runs.append((plan, *check(name, subnet, count,
+                                              [*flags, *args.doctor_args], out)))
             finally:
                 subprocess.run([str(SIM), "down", name], capture_output=True)
-            found = named(verdict)
-            right = found == want and set(statuses) == {0 if not want else 1}
-            if case == "healthy":
-                times.append(seconds)
-                healthy += right
-            print(f"{count} hosts  {case:<9}  {seconds:6.1f} s  exit {statuses[0]}  named: "
-                  f"{', '.join(found) or 'nothing'}  {'ok' if right else 'WRONG'}"
-                  + (f"  (cleared: {len(verdict['cleared'])})" if verdict["cleared"] else ""),
-                  flush=True)
-            if not right:  # what it saw, to tell a real fault of the machine from a false alarm
-                for finding in verdict["findings"]:
-                    print(f"    {finding}", flush=True)
-        print(f"{count} hosts: healthy checks {healthy}/{args.repeat} right, median "
-              f"{statistics.median(times):.1f} s (min {min(times):.1f}, max {max(times):.1f})",
-              flush=True)
-
+            for plan, seconds, statuses, verdict in runs:
+                found = named(verdict)
+                right = found == want and set(statuses) == {0 if not want else 1}
+                if case == "healthy":
+                    times[plan].append(seconds)
+                    healthy[plan] += right
+                shown = f"--plan {plan:<6}  " if plan else ""
+                print(f"{count} hosts  {shown}{case:<9}  {seconds:6.1f} s  exit {statuses[0]}  "
+                      f"named: {', '.join(found) or 'nothing'}  {'ok' if right else 'WRONG'}"
+                      + (f"  (cleared: {len(verdict['cleared'])})" if verdict["cleared"] else ""),
+                      flush=True)
+                if not right:  # what it saw, to tell a real fault of the machine from a false alarm
+                    for finding in verdict["findings"]:
+                        print(f"    {finding}", flush=True)
+        for plan in plans:
+            if times[plan]:
+                shown = f" --plan {plan}" if plan else ""
+                print(f"{count} hosts{shown}: healthy checks {healthy[plan]}/{args.repeat} right, "
+                      f"median {statistics.median(times[plan]):.1f} s (min {min(times[plan]):.1f}, "
+                      f"max {max(times[plan]):.1f})", flush=True)
 
 if __name__ == "__main__":
     main()

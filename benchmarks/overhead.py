@@ -4,9 +4,11 @@ For every op and message size, in one process group, the ranks alternate (A B, B
   A  the suite's own measurement (commbench.timing.time_op on the op's bound call, as the table's
      Duration is made),
   B  a bare loop of the same collective on the same buffers: warmups, then `trials` direct
-     torch.distributed calls between two clock reads, nothing else.
-It prints per op and size the median duration of each and the median of the paired ratios
-A/B, then one summary line per world size. With `--dist deepspeed` A goes through
+     torch.distributed calls between two clock reads, nothing else,
+  P  the suite's measurement with --per-trial (a clock read into a preallocated list before
+     and after every trial's call: the only thing --per-trial adds inside the window).
+It prints per op and size the median duration of each and the medians of the paired ratios
+A/B and P/A, then one summary line per world size. With `--dist deepspeed` A goes through
 deepspeed.comm while B stays plain torch.distributed: the ratio is what DeepSpeed adds.
 Then it times start-up: from process start to the first printed row of the table.
 
@@ -113,18 +115,23 @@ def worker(options):
             count = torch.tensor([max(5, min(1000, int(options.seconds / max(probe, 1e-7))))])
             torch.distributed.broadcast(count, 0)
             args.trials = int(count.item())
-            suite, bare = [], []
+            suite, bare, per_trial = [], [], []
+            marked = argparse.Namespace(**{**vars(args), "per_trial": True})
             for pair in range(options.pairs):
-                # A B, then B A: neither side always runs first (caches, clocks, neighbours).
-                for side in ("suite", "bare") if pair % 2 == 0 else ("bare", "suite"):
+                # A P B, then B P A: neither side always runs first (caches, clocks, neighbours).
+                for side in ("suite", "per_trial", "bare")[::1 if pair % 2 == 0 else -1]:
                     if side == "suite":
                         suite.append(time_op(call, args, comm).mean)
+                    elif side == "per_trial":
+                        marked.trials = args.trials
+                        per_trial.append(time_op(call, marked, comm).mean)
                     else:
                         bare.append(time_bare(op, input, output, args.warmups, args.trials, comm))
             if comm.rank == 0:
                 print(RECORD + json.dumps({"op": op, "size": size, "world_size": comm.world_size,
                                            "backend": comm.backend, "trials": args.trials,
-                                           "suite": suite, "bare": bare}),
+                                           "suite": suite, "bare": bare,
+                                           "per_trial": per_trial}),
                       flush=True)
     teardown()
 
@@ -166,20 +173,24 @@ def report(records, options):
           f"torch.distributed loop, medians of {len(records[0]['suite'])} pairs, order "
           f"alternating, {pinned}")
     print(f"{'op':16s} {'size':>10s} {'trials':>7s} {'suite us':>12s} {'bare us':>12s} "
-          f"{'suite/bare':>11s}")
-    ratios, worst = [], 0.0
+          f"{'suite/bare':>11s} {'per-trial us':>13s} {'per-trial/suite':>16s}")
+    ratios, worst, marked = [], 0.0, []
     for r in records:
         paired = statistics.median(a / b for a, b in zip(r["suite"], r["bare"]))
         ratios.append(paired)
         worst = max(worst, paired)
+        with_marks = statistics.median(p / a for p, a in zip(r["per_trial"], r["suite"]))
+        marked.append(with_marks)
         print(f"{r['op']:16s} {r['size']:>10d} {r['trials']:>7d} "
               f"{statistics.median(r['suite']) * 1e6:>12.3f} "
-              f"{statistics.median(r['bare']) * 1e6:>12.3f} {paired:>11.3f}")
+              f"{statistics.median(r['bare']) * 1e6:>12.3f} {paired:>11.3f} "
+              f"{statistics.median(r['per_trial']) * 1e6:>13.3f} {with_marks:>16.3f}")
     geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
     above = sum(ratio > 1.03 for ratio in ratios)
     print(f"summary world size {world_size}: {len(ratios)} op/size pairs, median ratio "
           f"{statistics.median(ratios):.3f}, geometric mean {geomean:.3f}, max {worst:.3f}, "
-          f"{above} above 1.03")
+          f"{above} above 1.03; --per-trial/suite: median {statistics.median(marked):.3f}, "
+          f"max {max(marked):.3f}")
 
 
 def first_row_seconds(dist, backend=None):

@@ -18,6 +18,9 @@ One module per concern, dependencies running one way (top to bottom):
   numbers     validators of numeric flags (also report.py's)
   dtypes      which dtypes a run may use, and which a backend can move
   results     result files (.jsonl, .csv, .json) as they are written and read
+  outputs     where rank 0's records go: the results file, the database, the Prometheus file
+  db/         the results database (--db): schema and migrations, writing and reading, history
+  prometheus  --prometheus: node_exporter's textfile format
   errors      the one exception type of expected failures
   report/     reading runs back: compare, plot, strategy, buckets
   ops/        one module per op: its descriptor and the original's timed_<op>, run_<op>

@@ -12,6 +12,8 @@ one that a live build holds is waited for, with one note, and the wait counts ag
 whose message then names the lock."""
 
 import os
+import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -136,6 +138,24 @@ def stale(directory):
     return True
 
 
+def built(directory, name):
+    """Whether torch will load op `name` without building it: its library there and ninja, asked
+    for a dry run in the build directory, with no work to do (a build a rank's deadline
+    interrupted leaves the library but not what ninja needs, and ninja rebuilds the objects:
+    minutes on a loaded host)."""
+    if not os.path.exists(os.path.join(directory, f"{name}.so")):
+        return False
+    ninja = shutil.which("ninja")
+    if ninja is None or not os.path.exists(os.path.join(directory, "build.ninja")):
+        return True  # torch loads a library it cannot rebuild
+    try:
+        dry = subprocess.run([ninja, "-C", directory, "-n"], capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return True
+    return dry.returncode != 0 or "no work to do" in dry.stdout
+
+
 def prepare(backend, timeout, local_rank, rank):
     """Before DeepSpeed's layer starts on CPU: stale locks removed (by local rank 0, with a
     note), live builds waited for (every local rank, until `timeout`: then one line naming the
@@ -176,7 +196,7 @@ def prepare(backend, timeout, local_rank, rank):
                      f"this counts against --timeout {timeout:g}")
                 told = True
             time.sleep(0.5)
-        if not os.path.exists(os.path.join(directory, f"{name}.so")):
+        if not built(directory, name):
             building.append(name)
     if building and rank == 0:
         _say(f"building DeepSpeed's {' and '.join(building)} op{'s' if len(building) > 1 else ''} "

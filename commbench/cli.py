@@ -170,15 +170,31 @@ def add_rank_flags(parser, dist_help):
                         help="cuda, cpu, xpu, hpu, npu, ... (default: detected)")
 
 
-def benchmark_parser():
-    parser = _Parser(prog=prog(os.path.basename(sys.argv[0]) or PROG),
-                     description="Measure collective communication through deepspeed.comm "
-                                 "or torch.distributed.")
-    add_rank_flags(parser, "communication layer to measure")
+def add_store_flags(parser):
+    """The outputs beside --output (docs/history.md): the results database and Prometheus."""
+    parser.add_argument("--db", metavar="URL", default=None,
+                        help="also keep the run in a results database: an SQLite file "
+                             "(results/commbench.db, or any path) or postgresql://USER@HOST/DB "
+                             "(default: $COMMBENCH_DB, else none)")
+    parser.add_argument("--tag", metavar="TAG", default=None,
+                        help="with --db and --prometheus: name the cluster or the experiment "
+                             "(report.py history --tag)")
+    parser.add_argument("--prometheus", metavar="FILE", default=None,
+                        help="write the run's figures to FILE at its end, in node_exporter's "
+                             "textfile-collector format (FILE ending in .prom)")
+
+
+def _timing_flags(parser):
+    """--trials, --warmups: how many iterations a size."""
     parser.add_argument("--trials", type=int_at_least(1), default=defaults.DEFAULT_TRIALS,
                         help="number of timed iterations (default %(default)s)")
     parser.add_argument("--warmups", type=int_at_least(0), default=defaults.DEFAULT_WARMUPS,
                         help="number of untimed iterations before timing (default %(default)s)")
+
+
+def _size_flags(parser):
+    """The message sizes (--maxsize/--minsize as the original, nccl-tests' byte sweep, --scan),
+    --async-op, and the table's units."""
     parser.add_argument("--maxsize", type=_maxsize, default=None,
                         help="scan up to n x 2^(maxsize-1) elements per rank "
                              f"(default {defaults.DEFAULT_MAXSIZE})")
@@ -201,6 +217,10 @@ def benchmark_parser():
                         help="sweep message sizes instead of one large message")
     parser.add_argument("--raw", action="store_true",
                         help="print sizes in bytes and durations in microseconds, without units")
+
+
+def _op_flags(parser):
+    """Which ops (run_all.py), their dtype, reduction and single-size memory share."""
     for op in defaults.OPS:
         parser.add_argument(f"--{op.replace('_', '-')}", dest=op, action="store_true",
                             help=f"run {op} (run_all.py; none given = the original six)")
@@ -218,6 +238,10 @@ def benchmark_parser():
                              "(default %(default)s)")
     parser.add_argument("--debug", action="store_true",
                         help="all_to_all: print a few elements of each rank's buffers")
+
+
+def _check_and_statistics_flags(parser):
+    """--check, --check-every, --stats, --per-trial, --repeat, --precision."""
     parser.add_argument("--check", action="store_true",
                         help="after timing each size, run the op once more on known input and "
                              "count wrong elements (column Wrong; any wrong: exit status 1)")
@@ -228,6 +252,10 @@ def benchmark_parser():
                              "wrong one is named by trial, rank and element (implies --check)")
     parser.add_argument("--stats", action="store_true",
                         help="time every trial too: median, p99 and the slowest rank per size")
+    parser.add_argument("--per-trial", action="store_true",
+                        help="keep every timed trial's duration and arrival on every rank in "
+                             "the results file (report.py trials reads them; "
+                             "docs/trials.md)")
     parser.add_argument("--repeat", type=int_at_least(1), default=1, metavar="R",
                         help="time each size as R windows of --trials trials, spread over the "
                              "run (one per pass over the sizes); the table gains a 95%% "
@@ -241,6 +269,10 @@ def benchmark_parser():
     parser.add_argument("--max-windows", type=int_at_least(precision.MIN_WINDOWS), default=None,
                         metavar="M", help="--precision: at most M windows a size, the warm-up "
                                           f"not counted (default {defaults.DEFAULT_MAX_WINDOWS})")
+
+
+def _traffic_flags(parser):
+    """all_to_allv's splits and pt2pt's pairs (docs/traffic.md)."""
     parser.add_argument("--a2a-matrix", type=_matrix_file, default=None, metavar="FILE",
                         help="all_to_allv: an n x n CSV, row = sender, of the bytes each rank "
                              "sends each (run as written; with --scan, weights scaled so the "
@@ -259,6 +291,10 @@ def benchmark_parser():
     parser.add_argument("--bidirectional", action="store_true",
                         help="pt2pt: both ranks of a pair send and receive at once (bandwidth "
                              "counts both directions, as osu_bibw)")
+
+
+def _layout_flags(parser):
+    """--groups, --split, --pin: where the ops run."""
     parser.add_argument("--groups", type=_layouts, default=None, metavar="LAYOUTS",
                         help="run each op concurrently in sub-groups instead of the whole world: "
                              "intra (the ranks of each host together, every host at once), inter "
@@ -271,6 +307,10 @@ def benchmark_parser():
     parser.add_argument("--pin", action="store_true",
                         help="pin each rank and the threads it starts (the backend's) to one CPU "
                              "of its own, by local rank: steadier figures on a shared host")
+
+
+def _overlap_flags(parser):
+    """--overlap and its compute phase (docs/overlap.md)."""
     parser.add_argument("--overlap", action="store_true",
                         help="per size, also time the op issued asynchronously (Comm), a compute "
                              "phase as long (Compute), both together (Overlapped), and how much "
@@ -282,10 +322,15 @@ def benchmark_parser():
                         help="--overlap on CPU: run each rank's windows (the op's issue and the "
                              "compute) on these CPUs only (0-3,6), leaving the others to the "
                              "backend's progress threads, as oneCCL's CCL_WORKER_AFFINITY does")
+
+
+def _output_and_limit_flags(parser):
+    """--output and the store's flags; --time-budget, --timeout."""
     parser.add_argument("--output", metavar="PATH",
                         help="write results to PATH as it runs: .jsonl, .csv or .json")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing --output file (default: write PATH.1, PATH.2, ...)")
+    add_store_flags(parser)
     parser.add_argument("--time-budget", type=_positive_seconds, default=None, metavar="SECONDS",
                         help="per message size, time about this long: the trial count comes "
                              "from the median warmup's pace, at least 5 and at most --trials; "
@@ -294,4 +339,20 @@ def benchmark_parser():
     parser.add_argument("--timeout", type=_positive_seconds, default=defaults.DEFAULT_TIMEOUT,
                         help="seconds a rank waits for its peers (rendezvous, process group) "
                              "before it gives up with an error (default %(default)s)")
+
+
+def benchmark_parser():
+    """The op scripts' and run_all.py's flags, in the order --help lists them."""
+    parser = _Parser(prog=prog(os.path.basename(sys.argv[0]) or PROG),
+                     description="Measure collective communication through deepspeed.comm "
+                                 "or torch.distributed.")
+    add_rank_flags(parser, "communication layer to measure")
+    _timing_flags(parser)
+    _size_flags(parser)
+    _op_flags(parser)
+    _check_and_statistics_flags(parser)
+    _traffic_flags(parser)
+    _layout_flags(parser)
+    _overlap_flags(parser)
+    _output_and_limit_flags(parser)
     return parser

@@ -55,6 +55,7 @@ class Comm:
     compute: object = None  # --overlap's compute phase (overlap.Compute), made at first use
     results: object = None  # rank 0's results writer (results.py), with --output
     budget: object = None  # --precision's share of --time-budget (precision.Budget)
+    whereabouts: object = None  # this rank's position in the rendezvous store (whereabouts.py)
     failures: list = field(default_factory=list)  # --check: "op at size" that had wrong elements
     # This rank's own reason to stop (its output failed): a BenchmarkError it ends with once the
     # ranks have agreed to stop (guard.agree_to_go_on).
@@ -67,6 +68,9 @@ class Comm:
     # The start-up's cost per rank (seconds from the start of init_comm): the process group up
     # ("process_group_s") and the first collective done ("first_collective_s").
     startup: dict = None
+    # (bytes, where from) of a rank's memory at the run's first sweep: a sweep's ceiling
+    # (sizes.refuse_past_ceiling) is fixed for the run, so that the ops before one do not move it.
+    sweep_memory: tuple = None
 
     def use_layout(self, kind):
         """Measure in layout `kind` (one made at start-up) from here on."""
@@ -162,8 +166,55 @@ def init_comm(local_rank, args):
     """Initialise the process group the way `args.dist` says and return the Comm.
 
     Reuses an already initialised process group (run_all and tests call the ops in turn).
+    Its steps: the layer and backend chosen and checked, the group started (rendezvous, under
+    a deadline, after DeepSpeed's builds), the ranks' handshake, the layer's collectives, the
+    start-up's note.
     """
     launch = discover_launch_env(local_rank_arg=local_rank)
+    ds, ds_dist, ds_accelerator, device_type, backend = _choose_layer(args)
+    starting = not torch.distributed.is_initialized()
+    begun = time.monotonic()  # the start-up's cost, for the record: group up, first collective
+    ccl = oneccl.environment(args.dist) if backend == "ccl" else None
+    if ccl is not None:
+        shm.expect_ccl_endpoints()
+    pinned = pin(launch.local_rank) if starting and getattr(args, "pin", False) else None
+    if starting and launch.local_rank == 0 and device_type == "cpu":
+        shm.remove_leftovers()
+    device = _select_device(device_type, launch.local_rank, ds_accelerator)
+    up, building, since = None, [], None
+    if starting:
+        building, since = _start_group(args, launch, backend, device, ds)
+        up = time.monotonic() - begun
+    rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    peers = _handshake(args, backend, starting, rank, world_size, device)
+    first_collective = time.monotonic() - begun
+    if starting and ds is not None:
+        shm.unlink_deepspeed_buffer(rank)
+        if building:
+            builds.finish(building, since, rank)
+    hostnames = [host for host, _ in peers]
+    differing = [r for r, (_, digest) in enumerate(peers) if digest != peers[0][1]]
+    if differing:
+        raise differing_arguments(args, differing[0], _torch_one_tensor_api(world_size)[0],
+                                  world_size, device)
+    dist_module, gather, scatter, one_tensor = _collectives(ds_dist, world_size)
+    comm = Comm(dist=dist_module, name=args.dist, backend=backend, device=device, rank=rank,
+                local_rank=launch.local_rank, world_size=world_size,
+                local_world_size=hostnames.count(socket.gethostname()), all_gather=gather,
+                reduce_scatter=scatter, one_tensor_all_gather=one_tensor, hostnames=hostnames,
+                accelerator=ds_accelerator, global_rank=rank, ccl=ccl,
+                reduce_args=reduce_args(dist_module, getattr(args, "op", "sum")))
+    if starting:  # once per run, not again for each op or utils.max_numel call that reuses it
+        _say_startup(comm, args, launch, [up, first_collective], pinned)
+    if getattr(args, "groups", None):
+        comm.layouts = _make_layouts(comm, args.groups, dist_module, gather, scatter, one_tensor,
+                                     getattr(args, "split", None))
+    return comm
+
+
+def _choose_layer(args):
+    """(deepspeed, deepspeed.comm, its accelerator, device type, backend), checked against the
+    dtype and the reduction before anything starts."""
     ds = ds_dist = ds_accelerator = None
     if args.dist == "deepspeed":
         ds, ds_dist, ds_accelerator = import_deepspeed(args.device)
@@ -177,66 +228,59 @@ def init_comm(local_rank, args):
         raise UsageError("--op avg: the ccl backend has no average (oneCCL's torch bindings "
                          "reduce with sum, prod, min and max); use one of those, or --backend "
                          "gloo")
+    return ds, ds_dist, ds_accelerator, device_type, backend
 
-    starting = not torch.distributed.is_initialized()
-    begun = time.monotonic()  # the start-up's cost, for the record: group up, first collective
-    up = None
-    ccl = oneccl.environment(args.dist) if backend == "ccl" else None
-    if ccl is not None:
-        shm.expect_ccl_endpoints()
-    pinned = pin(launch.local_rank) if starting and getattr(args, "pin", False) else None
-    if starting and launch.local_rank == 0 and device_type == "cpu":
-        shm.remove_leftovers()
-    if starting:
-        os.environ["MASTER_ADDR"] = check_master_address(master_address(os.environ, launch),
-                                                         launch.rank)
-        port = master_port(os.environ)
-        os.environ.update(MASTER_PORT=str(port), RANK=str(launch.rank),
-                          LOCAL_RANK=str(launch.local_rank), WORLD_SIZE=str(launch.world_size))
-        device = _select_device(device_type, launch.local_rank, ds_accelerator)
-        timeout = timedelta(seconds=args.timeout)
-        where = f"{os.environ['MASTER_ADDR']}:{port}"
-        waited, building, since = 0.0, [], None
-        if ds is not None and device.type == "cpu":
-            # DeepSpeed JIT-builds its CPU ops as its layer starts: stale locks go, live builds
-            # are waited for (against --timeout), a first build says so.
-            waited, building, since = builds.prepare(backend, args.timeout, launch.local_rank,
+
+def _start_group(args, launch, backend, device, ds):
+    """The rendezvous (torch's or DeepSpeed's), within --timeout less the time DeepSpeed's
+    builds took; (the ops being built, when their build began)."""
+    os.environ["MASTER_ADDR"] = check_master_address(master_address(os.environ, launch),
                                                      launch.rank)
-        left = max(1.0, args.timeout - waited)
-        message = (f"rank {launch.rank}: no rendezvous of {launch.world_size} ranks at {where} "
-                   f"within {args.timeout:g} s; did every rank start, and do MASTER_ADDR and "
-                   "MASTER_PORT point to rank 0?")
-        if building:
-            message = (f"rank {launch.rank}: DeepSpeed's first build of its "
-                       f"{' and '.join(building)} op and the rendezvous of {launch.world_size} "
-                       f"ranks did not finish within {args.timeout:g} s; give a first run a "
-                       "longer --timeout (the build takes about half a minute per op on 2 cores)")
-        try:
-            with deadline(left, message):
-                with oneccl.c_stdout_on_stderr(backend == "ccl"):
-                    if ds is not None:
-                        with contextlib.redirect_stdout(sys.stderr):
-                            ds.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
-                                                distributed_port=port, verbose=False,
-                                                timeout=timeout)
-                    else:
-                        torch.distributed.init_process_group(
-                            backend=backend, init_method="env://", rank=launch.rank,
-                            world_size=launch.world_size, timeout=timeout,
-                            device_id=device if device.type != "cpu" else None)
-        except Exception as error:  # noqa: BLE001  (third-party start-up: any failure is one line)
-            raise init_error(error, port, launch.rank) from None
-        up = time.monotonic() - begun
-    else:
-        device = _select_device(device_type, launch.local_rank, ds_accelerator)
+    port = master_port(os.environ)
+    os.environ.update(MASTER_PORT=str(port), RANK=str(launch.rank),
+                      LOCAL_RANK=str(launch.local_rank), WORLD_SIZE=str(launch.world_size))
+    waited, building, since = 0.0, [], None
+    if ds is not None and device.type == "cpu":
+        # DeepSpeed JIT-builds its CPU ops as its layer starts: stale locks go, live builds
+        # are waited for (against --timeout), a first build says so.
+        waited, building, since = builds.prepare(backend, args.timeout, launch.local_rank,
+                                                 launch.rank)
+    message = (f"rank {launch.rank}: no rendezvous of {launch.world_size} ranks at "
+               f"{os.environ['MASTER_ADDR']}:{port} within {args.timeout:g} s; did every rank "
+               "start, and do MASTER_ADDR and MASTER_PORT point to rank 0?")
+    if building:
+        message = (f"rank {launch.rank}: DeepSpeed's first build of its "
+                   f"{' and '.join(building)} op and the rendezvous of {launch.world_size} "
+                   f"ranks did not finish within {args.timeout:g} s; give a first run a "
+                   "longer --timeout (the build takes about half a minute per op on 2 cores)")
+    timeout = timedelta(seconds=args.timeout)
+    try:
+        with deadline(max(1.0, args.timeout - waited), message):
+            with oneccl.c_stdout_on_stderr(backend == "ccl"):
+                if ds is not None:
+                    with contextlib.redirect_stdout(sys.stderr):
+                        ds.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
+                                            distributed_port=port, verbose=False,
+                                            timeout=timeout)
+                else:
+                    torch.distributed.init_process_group(
+                        backend=backend, init_method="env://", rank=launch.rank,
+                        world_size=launch.world_size, timeout=timeout,
+                        device_id=device if device.type != "cpu" else None)
+    except Exception as error:  # noqa: BLE001  (third-party start-up: any failure is one line)
+        raise init_error(error, port, launch.rank) from None
+    return building, since
 
-    rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+
+def _handshake(args, backend, starting, rank, world_size, device):
+    """Every rank's (host name, digest of its arguments), in rank order: the first collective,
+    under --timeout."""
     with deadline(args.timeout, f"rank {rank}: the ranks did not all answer within "
                                 f"{args.timeout:g} s after start-up; a peer rank died or is stuck"):
         try:
             with oneccl.c_stdout_on_stderr(backend == "ccl" and starting):
-                peers = exchange((socket.gethostname(), argument_digest(args)),
-                                 _torch_one_tensor_api(world_size)[0], world_size, device)
+                return exchange((socket.gethostname(), argument_digest(args)),
+                                _torch_one_tensor_api(world_size)[0], world_size, device)
         except RuntimeError as error:
             # oneCCL starts at the first collective: a setting it refuses (a CCL_* variable) or a
             # transport it cannot open fails there, with oneCCL's own words.
@@ -245,57 +289,41 @@ def init_comm(local_rank, args):
             first = str(error).strip().splitlines()[0][:300]
             raise BenchmarkError(f"rank {rank}: oneCCL did not start: {first}",
                                  rank_local=True) from None
-    first_collective = time.monotonic() - begun
-    if starting and ds is not None:
-        shm.unlink_deepspeed_buffer(rank)
-        if building:
-            builds.finish(building, since, rank)
-    hostnames = [host for host, _ in peers]
-    local_world_size = hostnames.count(socket.gethostname())
-    differing = [r for r, (_, digest) in enumerate(peers) if digest != peers[0][1]]
-    if differing:
-        raise differing_arguments(args, differing[0], _torch_one_tensor_api(world_size)[0],
-                                  world_size, device)
 
-    if ds_dist is not None:
-        import warnings
-        # DeepSpeed 0.19 calls torch's deprecated *_into_tensor / *_tensor collectives itself;
-        # the warning is about DeepSpeed's code, not something a user of this suite can act on.
-        warnings.filterwarnings("ignore", message=r"`torch\.distributed\.\w+` is deprecated",
-                                category=FutureWarning)
-        gather = functools.partial(ds_dist.allgather_fn)
-        scatter = functools.partial(ds_dist.reduce_scatter_fn)
-        one_tensor = ds_dist.has_all_gather_into_tensor()
-        dist_module = ds_dist
-    else:
+
+def _collectives(ds_dist, world_size):
+    """(the layer's module, its all_gather and reduce_scatter, whether they take one tensor)."""
+    if ds_dist is None:
         gather, scatter, one_tensor = _torch_one_tensor_api(world_size)
-        dist_module = torch.distributed
-    comm = Comm(dist=dist_module, name=args.dist, backend=backend, device=device, rank=rank,
-                local_rank=launch.local_rank, world_size=world_size,
-                local_world_size=local_world_size, all_gather=gather, reduce_scatter=scatter,
-                one_tensor_all_gather=one_tensor, hostnames=hostnames, accelerator=ds_accelerator,
-                reduce_args=reduce_args(dist_module, getattr(args, "op", "sum")),
-                global_rank=rank, ccl=ccl)
-    if starting:  # once per run, not again for each op or utils.max_numel call that reuses it
-        everyone = comm.gather_figures([up, first_collective])
-        comm.startup = {"process_group_s": [figures[0] for figures in everyone],
-                        "first_collective_s": [figures[1] for figures in everyone]}
-        layer = "deepspeed.comm" if ds_dist else "torch.distributed"
-        note(comm, f"{args.dist} ({layer}), backend {torch.distributed.get_backend()}, device "
-                   f"{device.type}, {world_size} rank{'s' if world_size > 1 else ''} on "
-                   f"{len(set(hostnames))} host(s), launcher environment: {launch.launcher}" +
-                   (f"; each rank pinned to one CPU (rank 0: CPU {pinned})" if pinned is not None
-                    else "") + (f"; {oneccl.describe(ccl)}" if ccl is not None else "") +
-                   f"; {describe_startup(comm.startup)}")
-        cpus = os.cpu_count() or 1
-        if ccl is not None and local_world_size > cpus:
-            note(comm, f"WARNING: {local_world_size} ranks on a host of {cpus} CPUs: oneCCL's "
-                       "ranks poll for each other, so a small message takes as long as the "
-                       "scheduler takes to give every rank a CPU (milliseconds)")
-    if getattr(args, "groups", None):
-        comm.layouts = _make_layouts(comm, args.groups, dist_module, gather, scatter, one_tensor,
-                                     getattr(args, "split", None))
-    return comm
+        return torch.distributed, gather, scatter, one_tensor
+    import warnings
+    # DeepSpeed 0.19 calls torch's deprecated *_into_tensor / *_tensor collectives itself;
+    # the warning is about DeepSpeed's code, not something a user of this suite can act on.
+    warnings.filterwarnings("ignore", message=r"`torch\.distributed\.\w+` is deprecated",
+                            category=FutureWarning)
+    return (ds_dist, functools.partial(ds_dist.allgather_fn),
+            functools.partial(ds_dist.reduce_scatter_fn), ds_dist.has_all_gather_into_tensor())
+
+
+def _say_startup(comm, args, launch, figures, pinned):
+    """The start-up's line (layer, backend, ranks, hosts, launcher, pinning, oneCCL, times) and
+    its figures on comm.startup."""
+    everyone = comm.gather_figures(figures)
+    comm.startup = {"process_group_s": [f[0] for f in everyone],
+                    "first_collective_s": [f[1] for f in everyone]}
+    layer = "torch.distributed" if comm.dist is torch.distributed else "deepspeed.comm"
+    ccl, hosts, world_size = comm.ccl, comm.hostnames, comm.world_size
+    note(comm, f"{args.dist} ({layer}), backend {torch.distributed.get_backend()}, device "
+               f"{comm.device.type}, {world_size} rank{'s' if world_size > 1 else ''} on "
+               f"{len(set(hosts))} host(s), launcher environment: {launch.launcher}" +
+               (f"; each rank pinned to one CPU (rank 0: CPU {pinned})" if pinned is not None
+                else "") + (f"; {oneccl.describe(ccl)}" if ccl is not None else "") +
+               f"; {describe_startup(comm.startup)}")
+    cpus = os.cpu_count() or 1
+    if ccl is not None and comm.local_world_size > cpus:
+        note(comm, f"WARNING: {comm.local_world_size} ranks on a host of {cpus} CPUs: oneCCL's "
+                   "ranks poll for each other, so a small message takes as long as the "
+                   "scheduler takes to give every rank a CPU (milliseconds)")
 
 
 def describe_startup(startup):

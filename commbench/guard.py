@@ -26,24 +26,66 @@ def say(line):
         pass
 
 
+def _expire(message, explain, on_expire):
+    """A deadline's end: one error line (explain(message) where given), on_expire(line), exit 1
+    (unless the main thread got the backend's own timeout first and says it)."""
+    line = message
+    claim = getattr(explain, "__self__", None)
+    if claim is not None and not claim.claim():
+        return False  # the main thread got the backend's timeout first and says it
+    if explain is not None:
+        try:
+            line = explain(message)
+        except Exception:  # the plain line rather than none
+            line = message
+    say(f"{PROG}: error: {line}")
+    if on_expire is not None:
+        with contextlib.suppress(Exception):
+            on_expire(line)
+    shm.release_ccl_endpoints()
+    os._exit(1)
+
+
 @contextlib.contextmanager
-def deadline(seconds, message):
+def deadline(seconds, message, explain=None, on_expire=None):
     """Ends the process with one error line, exit 1, if the block still runs after `seconds`.
+    explain(message) -> the line to say instead (whereabouts: who did not come); on_expire(line)
+    is called before the exit (rank 0's failure record).
 
     A rank blocked in a rendezvous or a collective cannot be interrupted from Python; it can
     only be abandoned, and a benchmark that waits forever costs a cluster reservation.
     """
-    def expire():
-        say(f"{PROG}: error: {message}")
-        shm.release_ccl_endpoints()
-        os._exit(1)
-    timer = threading.Timer(seconds, expire)
+    timer = threading.Timer(seconds, _expire, (message, explain, on_expire))
     timer.daemon = True
     timer.start()
     try:
         yield
     finally:
         timer.cancel()
+
+
+@contextlib.contextmanager
+def stall_deadline(seconds, progress, message, explain=None, on_expire=None):
+    """deadline() for a long block of many blocking calls (replay's passes): the process ends
+    the same way once progress() has returned the same value for `seconds`. Each call gets
+    `seconds`, as the process group's own timeout would give it, which a backend that does not
+    honour it (oneCCL) never enforces; a timer a call would cost more than a small call."""
+    stop = threading.Event()
+
+    def watch():
+        seen, since = progress(), time.monotonic()
+        while not stop.wait(min(1.0, seconds / 10)):
+            now, value = time.monotonic(), progress()
+            if value != seen:
+                seen, since = value, now
+            elif now - since >= seconds and _expire(message, explain, on_expire) is False:
+                return
+    watcher = threading.Thread(target=watch, daemon=True, name="commbench-stall-deadline")
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
 
 
 STOP_SIGNALS = {signal.SIGINT: 130, signal.SIGTERM: 143}

@@ -24,7 +24,7 @@ from .progress import open_progress
 from .sizes import allocate, cap_sweep, plan_single_size, refuse_past_ceiling, sweep_numels
 from .table import (duration_text, emit_or_stop, extra_columns, note, output_failure, print_header,
                     print_row)
-from . import groups as grouping, overlap, precision, provenance
+from . import groups as grouping, overlap, precision, provenance, trials as per_trial, whereabouts
 from .timing import STATS, interval, odd_window, summarize, time_op, window
 
 
@@ -34,24 +34,23 @@ def init_processes(local_rank, args, ops=None):
     `ops` names the ops this run will measure, for the results file."""
     comm = init_comm(local_rank, args)
     comm.results = open_results(args, comm, lambda: run_meta(args, comm, ops or []))
+    comm.whereabouts = whereabouts.start(comm)
     comm.budget = precision.Budget(args.time_budget, ops or []) \
         if getattr(args, "precision", None) is not None else None
     return comm
 
 
 def open_results(args, comm, make_meta):
-    """Rank 0 opens the results file (--output), its first record make_meta(), before anything
-    is measured; every rank learns whether that worked, so that none goes on to measure alone.
-    Rank 0's writer, or None."""
+    """Rank 0 opens its outputs (--output's results file, --db's run, --prometheus; see
+    commbench.outputs), the meta record make_meta() first, before anything is measured; every
+    rank learns whether that worked, so that none goes on to measure alone. Rank 0's writer, or
+    None."""
     writer, failure = None, None
-    if comm.global_rank == 0 and args.output:
-        from . import results  # only runs that write one pay for it
+    if comm.global_rank == 0:
+        from . import outputs  # only runs that write one pay for it
         try:
-            path = results.free_path(args.output, args.overwrite)
-            writer = results.open_writer(path, make_meta())
-            if path != args.output:
-                note(comm, f"{args.output} exists; writing {path} (--overwrite replaces it)")
-        except results.ResultsError as error:
+            writer = outputs.open_outputs(args, make_meta, lambda text: note(comm, text))
+        except BenchmarkError as error:
             failure = str(error)
     if comm.any_rank(failure is not None):
         raise BenchmarkError(failure or "rank 0 cannot write the results file")
@@ -77,7 +76,8 @@ def run_meta(args, comm, ops):
         "mem_factor": args.mem_factor, "bw_unit": args.bw_unit, "check": args.check,
         "check_every": getattr(args, "check_every", False),
         "time_budget": args.time_budget,
-        "stats": args.stats, "repeat": getattr(args, "repeat", 1), "pin": getattr(args, "pin", False),
+        "stats": args.stats, "per_trial": getattr(args, "per_trial", False),
+        "repeat": getattr(args, "repeat", 1), "pin": getattr(args, "pin", False),
         "precision": getattr(args, "precision", None),
         "max_windows": getattr(args, "max_windows", None),
         "overlap": getattr(args, "overlap", False),
@@ -149,6 +149,8 @@ def timed_collective(collective, input, output, args, comm, meter=None, earlier=
     if len(windows) > 1:  # --repeat: each window's figure, last
         mine += [w.mean for w in windows] + [w.count for w in windows]
     everyone = comm.gather_figures(mine)
+    trial_figures = comm.gather_figures(per_trial.figures(timing)) \
+        if timing.arrivals is not None else None
     # (--precision: many windows, where an outlier is expected now and then and the interval
     # already carries it)
     if len(windows) > 1 and getattr(args, "precision", None) is None:
@@ -161,6 +163,8 @@ def timed_collective(collective, input, output, args, comm, meter=None, earlier=
     for index, ranks in enumerate(groups):
         record, row = _group_result(collective, input, args, comm, [everyone[r] for r in ranks],
                                     ranks, len(windows))
+        if trial_figures is not None and comm.global_rank == 0:
+            record["per_trial"] = per_trial.encode([trial_figures[r] for r in ranks], ranks)
         if kind != "world":
             record.update(groups=kind, group=index, group_ranks=ranks)
             where = f" in {grouping.header_qualifier(kind, index, ranks, comm.hostnames)}"
@@ -412,9 +416,14 @@ def _measure_passes(collective, args, comm, numels, schedule, windows, records, 
             numel = numels[position]
             where = (f"rank {comm.global_rank}: {collective.name} at {numel} elements of {args.dtype} "
                      "per rank")
-            with deadline(args.timeout, f"{where} did not finish within {args.timeout:g} s; a "
-                                        "peer rank likely died or is stuck (see its log)"):
+            late = (f"{where} did not finish within {args.timeout:g} s; a peer rank likely died "
+                    "or is stuck (see its log)")
+            explain, record_failure = _naming(comm, collective.name)
+            with deadline(args.timeout, late, explain, record_failure):
                 try:
+                    if comm.whereabouts is not None:  # inside: a store that hangs is a timeout
+                        comm.whereabouts.size_starts(collective.name,
+                                                     numel * get_dtype(args.dtype).itemsize)
                     agree_to_go_on(comm)
                     if bar is not None:
                         bar.begin(position)
@@ -441,13 +450,27 @@ def _measure_passes(collective, args, comm, numels, schedule, windows, records, 
                             schedule.measured(position, everyone, groups,
                                               time.perf_counter() - started)
                 except RuntimeError as error:  # DistError is a RuntimeError: a peer failed
-                    reason = str(error).strip().splitlines()[0][:300] if str(error).strip() \
-                        else type(error).__name__
-                    raise BenchmarkError(f"{where} failed: {reason}", rank_local=True) from None
+                    line = f"{where} failed: {whereabouts.reason_of(error)}"
+                    if explain is not None and peer_failure(error):  # a timeout, ours or a peer's
+                        line = comm.whereabouts.name_on_failure(line, record_failure)
+                    raise BenchmarkError(line, rank_local=True) from None
                 del buffers
             if bar is not None:
                 bar.update()
     return numels
+
+
+def _naming(comm, op):
+    """deadline()'s explain and on_expire: the line names who did not come, and rank 0's
+    results file keeps it as a failure record."""
+    if comm.whereabouts is None:
+        return None, None
+
+    def record(line):
+        if comm.results is not None:
+            with RESULTS_LOCK:
+                comm.results.add_failure({"op": op, "reason": "timeout", "message": line})
+    return comm.whereabouts.explain, record
 
 
 def _aggregate(collective, args, comm, count, qualifiers, shown):

@@ -124,6 +124,10 @@ class JsonlWriter(_WholeRecords):
     def add(self, record):
         self.append(json.dumps({"type": "result", **record}) + "\n")
 
+    def add_failure(self, record):
+        """A run that ends on a failure (--timeout's line: who did not come)."""
+        self.append(json.dumps({"type": "failure", **record}) + "\n", is_result=False)
+
 
 class CsvWriter(_WholeRecords):
     """A header, then one row per measured size (the run's settings repeated on each row)."""

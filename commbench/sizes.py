@@ -169,10 +169,14 @@ def refuse_past_ceiling(collective, numels, args, comm):
     measure: --mem-factor of a rank's memory (SPEC §4's rule, 0.3 by default: twice that for an
     op without an output buffer). Past it, one line naming the flags, exit status 2, before
     anything is allocated: on a machine shared with other work a sweep must not take what is
-    not its own (--maxsize 40 once held 8.6 GB a rank for minutes). Every rank calls this."""
+    not its own (--maxsize 40 once held 8.6 GB a rank for minutes). The memory is a rank's at
+    the run's first sweep: run_all.py checks every op before the first, and an op's own check
+    later (cap_sweep) must agree, whatever the ops before it left in use. Every rank calls this."""
     if not collective.payload or not numels:
         return
-    memory, source = per_rank_memory(comm)
+    if comm.sweep_memory is None:
+        comm.sweep_memory = per_rank_memory(comm)
+    memory, source = comm.sweep_memory
     element_size = get_dtype(args.dtype).itemsize
     factor = memory_factor(collective, args, comm)
     ceiling = int(memory * factor)

@@ -17,10 +17,21 @@ from .numbers import t975
 
 
 class _HostMarks:
-    """Host clock readings (CPU ranks)."""
+    """Host clock readings (CPU ranks), into a list allocated before the timed window."""
 
     def __init__(self, count, comm):
         self._t = [0.0] * count
+
+    def done(self):
+        """How many marks are taken (read by the hang guard's thread, not by the loop)."""
+        low, high = 0, len(self._t)
+        while low < high:  # marks fill in order: the first zero
+            middle = (low + high) // 2
+            if self._t[middle]:
+                low = middle + 1
+            else:
+                high = middle
+        return low
 
     def mark(self, i):
         self._t[i] = time.perf_counter()
@@ -55,10 +66,11 @@ class _EventMarks:
         return self._events[i].elapsed_time(self._events[j]) / 1e3
 
 
-def _issue(call, count, async_op, delay=0.0):
+def _issue(call, count, async_op, delay=(0.0, 1)):
     """Issue the op `count` times back to back; with async_op, wait on every handle at the end.
-    `delay` (a test hook) sleeps before each trial, inside the window."""
-    if delay:
+    `delay` (a test hook: seconds, every) sleeps before every `every`-th trial, inside the
+    window."""
+    if delay[0]:
         _issue_marked(call, count, async_op, _NoMarks(), delay)
     elif async_op:
         works = [call() for _ in range(count)]
@@ -84,11 +96,13 @@ def _wait_for(seconds):
 def _issue_marked(call, count, async_op, marks, delay):
     """As _issue, with marks around every trial (--stats): mark 2i-1 before trial i is called,
     mark 2i after it returns. With async_op a trial is its launch; the final waits belong to
-    the last trial. `delay` (a test hook) sleeps before each trial, outside the op."""
+    the last trial. `delay` (a test hook: seconds, every) sleeps before every `every`-th
+    trial, outside the op."""
     works = []
+    seconds, every = delay
     for i in range(1, count + 1):
-        if delay:
-            _wait_for(delay)
+        if seconds and i % every == 0:
+            _wait_for(seconds)
         marks.mark(2 * i - 1)
         work = call()
         if async_op:
@@ -105,16 +119,25 @@ class Timing:
     count: int  # trials timed
     trials: Optional[list] = None  # with --stats: seconds of each trial, end to end
     late: float = 0.0  # with --stats: mean seconds between a trial's end and the next call
+    # with --per-trial: seconds from the synchronised start (the barrier's exit) to each
+    # trial's call on this rank, and the bound on that start's skew between ranks (this rank's
+    # time in the barrier: every rank leaves it after the last one entered)
+    arrivals: Optional[list] = None
+    origin_error: float = 0.0
 
 
 DELAY_VARIABLE = "COMMBENCH_INJECT_DELAY"
 
 
 def _injected_delay(comm):
-    """Test hook: COMMBENCH_INJECT_DELAY=rank:seconds makes that rank late for every trial."""
+    """Test hook: COMMBENCH_INJECT_DELAY=rank:seconds[:every] makes that rank late for every
+    trial (or every `every`-th: trials every, 2 every, ...). (seconds, every)."""
     target = os.environ.get(DELAY_VARIABLE, "")
-    rank, _, seconds = target.partition(":")
-    return float(seconds) if rank == str(comm.global_rank) else 0.0
+    rank, _, rest = target.partition(":")
+    seconds, _, every = rest.partition(":")
+    if rank != str(comm.global_rank):
+        return 0.0, 1
+    return float(seconds), int(every or 1)
 
 
 MIN_BUDGET_TRIALS = 5
@@ -151,6 +174,9 @@ def _paced_warmups(call, count, async_op, comm):
 
 def time_op(call, args, comm):
     """Time the trials on this rank (trial_count of them), after `args.warmups` untimed ones."""
+    where = getattr(comm, "whereabouts", None)
+    if where is not None:
+        where.at("warmups")
     comm.sync_all()
     pace = 0.0
     if args.time_budget is not None and getattr(args, "precision", None) is None:
@@ -158,19 +184,37 @@ def time_op(call, args, comm):
         pace = _paced_warmups(call, args.warmups or 1, args.async_op, comm)
     else:
         _issue(call, args.warmups, args.async_op)
+    if where is not None:
+        where.at("trials")  # before the barrier: the store's round trip does not skew the start
     comm.sync_all()
     count = trial_count(args, comm, pace)
-    marks = (_EventMarks if comm.on_accelerator else _HostMarks)(2 * count + 1 if args.stats else 2,
+    per_trial = getattr(args, "per_trial", False)
+    marked = args.stats or per_trial
+    marks = (_EventMarks if comm.on_accelerator else _HostMarks)(2 * count + 1 if marked else 2,
                                                                  comm)
+    if where is not None and marked:
+        where.marks = marks  # read by the deadline's thread only
+    origin_error = 0.0
+    if per_trial:  # the origin of arrivals: a barrier's exit, its skew bounded by its length
+        entered = time.perf_counter()
+        comm.sync_all()
+        origin_error = time.perf_counter() - entered
     marks.mark(0)
-    if args.stats:
+    if marked:
         _issue_marked(call, count, args.async_op, marks, _injected_delay(comm))
         marks.mark(2 * count)  # after the waits of async ops
         trials = [marks.between(2 * i - 2, 2 * i) for i in range(1, count + 1)]
         late = sum(marks.between(2 * i - 2, 2 * i - 1) for i in range(1, count + 1)) / count
-        return Timing(marks.between(0, 2 * count) / count, count, trials, late)
+        arrivals = [marks.between(0, 2 * i - 1) for i in range(1, count + 1)] \
+            if per_trial else None
+        if where is not None:
+            where.at("after trials")
+        return Timing(marks.between(0, 2 * count) / count, count, trials, late, arrivals,
+                      origin_error)
     _issue(call, count, args.async_op, _injected_delay(comm))
     marks.mark(1)
+    if where is not None:
+        where.at("after trials")
     return Timing(marks.between(0, 1) / count, count)
 
 

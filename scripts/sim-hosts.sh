@@ -3,13 +3,20 @@
 # network namespaces on a bridge of their own, each with its own address, host name and
 # /etc/hosts naming every host. Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN).
 #
-#   scripts/sim-hosts.sh up NAME N [SUBNET]   hosts NAME1 .. NAMEN at SUBNET.1 .. SUBNET.N
-#                                             (SUBNET: three octets, default 10.77.0)
+#   scripts/sim-hosts.sh up NAME N [SUBNET] [PER_SWITCH]
+#                                             hosts NAME1 .. NAMEN at SUBNET.1 .. SUBNET.N
+#                                             (SUBNET: three octets, default 10.77.0); with
+#                                             PER_SWITCH, switches of that many hosts each
+#                                             (their own bridge), joined to a spine bridge
+#                                             by one link each: the switch's uplink
 #   scripts/sim-hosts.sh run NAME I CMD ...   run CMD "on" host I: its network, its host name,
 #                                             its hosts file (as ssh into it would, minus ssh)
 #   scripts/sim-hosts.sh down NAME            kill what runs in the hosts, remove them
 #   scripts/sim-hosts.sh slow NAME I RATE     host I's link, both ways, at RATE (200mbit, 1gbit)
 #   scripts/sim-hosts.sh slow-link NAME I J RATE   only the link between hosts I and J
+#   scripts/sim-hosts.sh slow-uplink NAME K RATE   switch K's uplink, both ways (all its
+#                                             hosts' traffic to the other switches shares it)
+#   scripts/sim-hosts.sh topology NAME        the switches as Slurm's topology.conf (--topology)
 #
 # NAME: up to 8 letters and digits (interface names are short); make it unique per use.
 # Traffic stays between the hosts on their bridge; nothing is routed anywhere else.
@@ -17,7 +24,7 @@ set -u
 STATE_ROOT=${COMMBENCH_HOSTS_DIR:-/tmp/commbench-hosts}
 
 usage() {
-    sed -n '6,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '6,20p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -26,10 +33,12 @@ check_name() {
 }
 
 up() {
-    local name=$1 count=$2 subnet=${3:-10.77.0} dir=$STATE_ROOT/$1 i
+    local name=$1 count=$2 subnet=${3:-10.77.0} per=${4:-0} dir=$STATE_ROOT/$1 i k switches=0
     check_name "$name"
     [[ $count =~ ^[1-9][0-9]?$ ]] || { echo "sim-hosts: N must be 1-99: $count" >&2; exit 2; }
     [[ $subnet =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || { echo "sim-hosts: SUBNET is three octets, e.g. 10.77.0: $subnet" >&2; exit 2; }
+    [[ $per =~ ^[0-9]{1,2}$ ]] || { echo "sim-hosts: PER_SWITCH must be 1-99: $per" >&2; exit 2; }
+    [ "$per" -gt 0 ] && switches=$(( (count + per - 1) / per ))
     if [ -e "$dir" ]; then
         # a run killed before its `down` leaves the directory; it is up only if its hosts are
         if [ -e "/run/netns/${name}1" ] || ip link show "${name}br" > /dev/null 2>&1; then
@@ -48,22 +57,32 @@ up() {
             echo "::ffff:$subnet.$i $name$i"  # c10d looks hosts up as IPv6 too
         done
     } > "$dir/hosts"
-    echo "$count $subnet" > "$dir/layout"
+    echo "$count $subnet $per" > "$dir/layout"
     trap 'echo "sim-hosts: setting up $name failed; removing it" >&2; down "$name"; exit 1' ERR
     set -e
     ip link add "${name}br" type bridge
     ip link set "${name}br" up
+    for k in $(seq 1 "$switches"); do  # a switch: its bridge, its uplink to the spine (br)
+        ip link add "${name}s$k" type bridge
+        ip link set "${name}s$k" up
+        ip link add "${name}u$k" type veth peer name "${name}c$k"
+        ip link set "${name}u$k" master "${name}s$k" up
+        ip link set "${name}c$k" master "${name}br" up
+    done
     for i in $(seq 1 "$count"); do
+        local bridge="${name}br"
+        [ "$per" -gt 0 ] && bridge="${name}s$(( (i - 1) / per + 1 ))"
         ip netns add "$name$i"
         ip link add "${name}v$i" type veth peer name eth0 netns "$name$i"
-        ip link set "${name}v$i" master "${name}br" up
+        ip link set "${name}v$i" master "$bridge" up
         ip -n "$name$i" addr add "$subnet.$i/24" dev eth0
         ip -n "$name$i" link set eth0 up
         ip -n "$name$i" link set lo up
     done
     set +e
     trap - ERR
-    echo "sim-hosts: $count host(s) up: $(seq -f "$name%g" -s ' ' 1 "$count") at $subnet.1-$count"
+    echo "sim-hosts: $count host(s) up: $(seq -f "$name%g" -s ' ' 1 "$count") at $subnet.1-$count"\
+        "$([ "$switches" -gt 0 ] && echo "behind $switches switch(es) of $per")"
 }
 
 run() {
@@ -85,6 +104,10 @@ down() {
         # kernel's own time, and a killed process can still hold the namespace for a moment
         ip link del "${name}v${ns#"$name"}" 2>/dev/null
         ip netns del "$ns" 2>/dev/null
+    done
+    for ns in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' |
+                grep -E "^$name(s|u)[0-9]+$"); do
+        ip link del "$ns" 2>/dev/null  # a switch's bridge; its uplink (both ends)
     done
     ip link del "${name}br" 2>/dev/null
     rm -rf "${STATE_ROOT:?}/$name"
@@ -123,8 +146,35 @@ slow_link() {
     echo "sim-hosts: the link $name$a-$name$b at $rate both ways"
 }
 
+slow_uplink() {
+    local name=$1 switch=$2 rate=$3 device
+    ip link show "${name}u$switch" > /dev/null 2>&1 || { echo "sim-hosts: no switch $switch in $name" >&2; exit 1; }
+    set -e
+    for device in "${name}u$switch" "${name}c$switch"; do  # into the switch; out of it
+        tc qdisc add dev "$device" root handle 1: htb default 10
+        tc class add dev "$device" parent 1: classid 1:10 htb rate "$rate"
+    done
+    echo "sim-hosts: switch $switch's uplink in $name at $rate both ways"
+}
+
+topology() {
+    local name=$1 count per k first last
+    [ -f "$STATE_ROOT/$name/layout" ] || { echo "sim-hosts: $name is not up" >&2; exit 1; }
+    read -r count _ per < "$STATE_ROOT/$name/layout"
+    [ "${per:-0}" -gt 0 ] || { echo "sim-hosts: $name has no switches (up ... PER_SWITCH)" >&2; exit 1; }
+    k=0
+    for first in $(seq 1 "$per" "$count"); do
+        k=$((k + 1))
+        last=$((first + per - 1 < count ? first + per - 1 : count))
+        echo "SwitchName=s$k Nodes=$name[$first-$last]"
+    done
+    echo "SwitchName=spine Switches=s[1-$k]"
+}
+
 case "${1:-}" in
-up) [ $# -ge 3 ] || usage; up "$2" "$3" "${4:-}" ;;
+up) [ $# -ge 3 ] || usage; up "$2" "$3" "${4:-}" "${5:-}" ;;
+slow-uplink) [ $# -eq 4 ] || usage; slow_uplink "$2" "$3" "$4" ;;
+topology) [ $# -eq 2 ] || usage; topology "$2" ;;
 slow) [ $# -eq 4 ] || usage; slow "$2" "$3" "$4" ;;
 slow-link) [ $# -eq 5 ] || usage; slow_link "$2" "$3" "$4" "$5" ;;
 run) [ $# -ge 4 ] || usage; run "$2" "$3" "${@:4}" ;;

@@ -90,7 +90,7 @@ up() {
         exit 1
     fi
     [ -f "$hosts/layout" ] || { echo "sim-slurm: hosts $name are not up (scripts/sim-hosts.sh up $name N)" >&2; exit 1; }
-    read -r count subnet < "$hosts/layout"
+    read -r count subnet _ < "$hosts/layout"
     if [ -e "$dir" ]; then echo "sim-slurm: a cluster on $name is already up ($dir; scripts/sim-slurm.sh down $name stops it)" >&2; exit 1; fi
     if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null \
             || ! command -v srun >/dev/null || ! command -v munged >/dev/null; then

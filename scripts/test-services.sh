@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # What the launcher tests need beyond the venv (which has MPICH's mpirun from PyPI):
 # Debian's Open MPI (mpirun.openmpi, outside the venv so it never shadows MPICH's mpirun),
-# pdsh (deepspeed --hostfile's launcher), a one-node Slurm cluster, and Debian's Chromium
-# (report.py html's pages opened in a real browser). Needs root; without it, says what the
-# tests will skip.
+# pdsh (deepspeed --hostfile's launcher), a one-node Slurm cluster, Debian's Chromium
+# (report.py html's pages opened in a real browser) and Debian's PostgreSQL (tests/test_db.py
+# starts a server of its own from it, on a free port, as the postgres user). Needs root;
+# without it, says what the tests will skip.
 #   scripts/test-services.sh up     install what is missing, start Slurm
 #   scripts/test-services.sh down   stop the Slurm daemons that `up` started
 set -u
@@ -30,6 +31,11 @@ up)
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null \
             || echo "test-services: could not install chromium" >&2
+    fi
+    if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then  # tests/test_db.py starts its own server
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq && apt-get install -y -qq --no-install-recommends postgresql >/dev/null \
+            || echo "test-services: could not install postgresql" >&2
     fi
     if [ -f /etc/slurm/slurm.conf ] && ! grep -q '^ClusterName=commbench$' /etc/slurm/slurm.conf; then
         echo "test-services: a Slurm configuration of this host's own exists; using it as it is" >&2

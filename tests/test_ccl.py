@@ -137,9 +137,10 @@ def test_six_ops_on_oneccl(ccl, tmp_path, launcher, dist, nproc):
 
 
 @serial
-@pytest.mark.parametrize("launcher,dist,nproc", [("openmpi", "torch", 3),
-                                                ("openmpi", "deepspeed", 2),
-                                                ("srun", "torch", 2), ("srun", "deepspeed", 3)])
+# Each launcher once, each layer and world size once between them (the layer's own start-up
+# under MPI and Slurm is test_mpi_slurm.py's, on gloo).
+@pytest.mark.parametrize("launcher,dist,nproc", [("openmpi", "deepspeed", 2),
+                                                ("srun", "torch", 3)])
 def test_oneccl_under_open_mpi_and_slurm(ccl, launcher, dist, nproc):
     """Open MPI's mpirun and Slurm's srun (scripts/test-services.sh up) start oneCCL ranks too:
     the suite finds rank, world and master in their environments; --check, 0 wrong."""
@@ -172,7 +173,7 @@ def test_the_other_four_ops_on_oneccl(ccl):
 
 @serial
 @pytest.mark.parametrize("nproc,flags", [
-    (2, []), (3, []), (2, ["--async-op"]), (3, ["--async-op"]),
+    (2, []), (3, ["--async-op"]),
     # both ways past oneCCL's eager size (its CPU isend returns when received: 6 KB hung when
     # both ranks sent first)
     (2, ["--bidirectional", "--maxsize=14"]), (3, ["--bidirectional", "--async-op", "--maxsize=14"]),
@@ -230,6 +231,24 @@ def test_a_killed_rank_leaves_none_hanging(ccl, tmp_path):
     ours = [line for line in stderr.splitlines() if line.startswith("commbench: error:")]
     assert len(ours) == 1 and ours[0].startswith("commbench: error: rank 0: all_gather at "), stderr
     assert "did not finish within 10 s" in ours[0] and "Traceback" not in stderr, stderr
+
+
+@serial
+def test_a_sigstopped_rank_mid_replay_is_named_by_replays_own_deadline(ccl, tmp_path):
+    """oneCCL never times out a collective: replay.py's ranks beside a SIGSTOPped one would
+    wait for ever (two such pairs polled for 30 minutes here). Replay's stall deadline (a call
+    that has not moved for --timeout) ends them as gloo's timeout does: rank 0 names rank 2
+    alone, with the pass and call, and keeps a failure record; every rank ends."""
+    from test_trials import stop_rank_2_mid_replay
+    stop_rank_2_mid_replay(tmp_path, "ccl")
+
+
+@serial
+def test_a_sigstopped_rank_mid_training_is_named_by_parallel_bench_own_deadline(ccl, tmp_path):
+    """The same for parallel_bench.py's steps (DDP at 3 ranks on oneCCL): rank 0 names rank 2
+    with the strategy and step, a failure record; every rank ends."""
+    from test_trials import stop_rank_2_mid_training
+    stop_rank_2_mid_training(tmp_path, "ccl")
 
 
 # ------------------------------------------------------------------ detection and settings

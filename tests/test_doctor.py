@@ -3,6 +3,7 @@ and nothing named, a slowed host is named and only it, a slowed link is named an
 its hosts, a host killed mid-check is named unreachable while the rest goes on; bad usage is
 one line, exit 2. Slow hosts and links are made with the kernel's htb qdisc (no netem here)."""
 
+import socket
 import subprocess
 import sys
 import time
@@ -76,43 +77,32 @@ def findings(stderr):
 
 
 @serial
-@pytest.mark.parametrize("dist", ["torch", "deepspeed"])
-def test_four_healthy_hosts_pass(hosts, tmp_path, dist):
-    """4 hosts x 1 rank: exit 0 on every host, nothing named, the pair matrix full, the
-    verdict record empty; about 10 s a check here."""
-    name, subnet = hosts(4)
-    output = tmp_path / "healthy.jsonl"
-    stdout, stderrs, statuses = across(name, subnet, 4, 1, *QUICK, f"--output={output}",
-                                       dist=dist)
-    assert statuses == [0, 0, 0, 0], stdout + stderrs[0]
-    assert "Verdict: healthy (4 hosts, 6 links;" in stdout, stdout + stderrs[0]
+def test_three_hosts_of_two_ranks_healthy(hosts, tmp_path):
+    """3 hosts (odd: one sits out each round) x 2 ranks, under --dist deepspeed (torch: every
+    other test here): exit 0 on every host, nothing named, the within-host phase, every pair
+    once, the verdict record empty. The one healthy end-to-end run of --plan full (4 hosts'
+    full matrix: the slow host's test; a healthy screen: the model's tests)."""
+    name, subnet = hosts(3)
+    output = tmp_path / "three.json"
+    stdout, stderrs, statuses = across(name, subnet, 3, 2, *QUICK, f"--output={output}",
+                                       dist="deepspeed")
+    assert statuses == [0, 0, 0], stdout + stderrs[0]
+    assert "Verdict: healthy (3 hosts, 3 links;" in stdout, stdout + stderrs[0]
     assert not findings(stderrs[0])
     meta, records, final = verdict_of(output)
     assert (final["suspect_hosts"], final["suspect_links"], final["unreachable"]) == \
         ([], [], [])
-    pairs = [r for r in records if r.get("phase") == "pairs"]
-    assert sorted(tuple(r["hosts"]) for r in pairs) == sorted(
-        (f"{name}{a}", f"{name}{b}") for a in range(1, 5) for b in range(a + 1, 5))
-    assert all(r["forward_Bps"] > 0 and r["latency_s"] > 0 for r in pairs)
-    assert sorted(r["round"] for r in pairs) == [0, 0, 1, 1, 2, 2]  # 3 rounds of 2 at once
-    assert meta["hosts"] == [f"{name}{i}" for i in range(1, 5)]
-    assert len(meta["startup"]["process_group_s"]) == 4
-    assert "process group up in" in stderrs[0]
-
-
-@serial
-def test_three_hosts_of_two_ranks_healthy(hosts, tmp_path):
-    """3 hosts (odd: one sits out each round) x 2 ranks: the within-host phase too."""
-    name, subnet = hosts(3)
-    output = tmp_path / "three.json"
-    stdout, stderrs, statuses = across(name, subnet, 3, 2, *QUICK, f"--output={output}")
-    assert statuses == [0, 0, 0], stdout + stderrs[0]
-    assert "Verdict: healthy (3 hosts, 3 links;" in stdout, stdout + stderrs[0]
-    _, records, final = verdict_of(output)
     intra = [r for r in records if r.get("phase") == "intra"]
     assert [r["host"] for r in intra] == [f"{name}{i}" for i in (1, 2, 3)]
     assert all(r["busbw_Bps"] > 0 and len(r["ranks"]) == 2 for r in intra)
-    assert sorted(r["round"] for r in records if r.get("phase") == "pairs") == [0, 1, 2]
+    pairs = [r for r in records if r.get("phase") == "pairs"]
+    assert sorted(tuple(r["hosts"]) for r in pairs) == sorted(
+        (f"{name}{a}", f"{name}{b}") for a in range(1, 4) for b in range(a + 1, 4))
+    assert all(r["forward_Bps"] > 0 and r["latency_s"] > 0 for r in pairs)
+    assert sorted(r["round"] for r in pairs) == [0, 1, 2]
+    assert meta["hosts"] == [f"{name}{i}" for i in range(1, 4)]
+    assert len(meta["startup"]["process_group_s"]) == 6
+    assert "process group up in" in stderrs[0]
     assert final["healthy"]
 
 
@@ -127,9 +117,13 @@ def test_a_slow_host_is_named_and_only_it(hosts, tmp_path):
     output = tmp_path / "slow.jsonl"
     stdout, stderrs, statuses = across(name, subnet, 4, 1, *QUICK, f"--output={output}")
     assert statuses == [1, 1, 1, 1], stdout + stderrs[0]
-    _, _, final = verdict_of(output)
+    _, records, final = verdict_of(output)
     assert (final["suspect_hosts"], final["suspect_links"], final["unreachable"]) == \
         ([f"{name}3"], [], [])
+    pairs = [r for r in records if r.get("phase") == "pairs"]  # --plan full: every pair once
+    assert sorted(tuple(r["hosts"]) for r in pairs) == sorted(
+        (f"{name}{a}", f"{name}{b}") for a in range(1, 5) for b in range(a + 1, 5))
+    assert sorted(r["round"] for r in pairs) == [0, 0, 1, 1, 2, 2]  # 3 rounds of 2 at once
     (line,) = findings(stderrs[0])
     assert line.startswith(f"commbench: slow host {name}3 (bandwidth of its links to the other "
                            "hosts): its links' bandwidth ") and \
@@ -184,6 +178,81 @@ def test_a_slow_link_is_named_and_neither_of_its_hosts(hosts, tmp_path):
                            "hosts only): ") and "retested" in line
 
 
+def run_by_hand(name, subnet, count, *args, timeout=240):
+    """by_hand's ranks waited for: (rank 0's stdout and stderr, exit statuses)."""
+    procs = by_hand(name, subnet, count, *args)
+    try:
+        outputs = [proc.communicate(timeout=timeout) for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+    return outputs[0], [proc.returncode for proc in procs]
+
+
+@serial
+def test_the_screen_on_eight_hosts_names_a_slow_host_and_only_it(hosts, tmp_path):
+    """--plan screen --topology (2 switches of 4) on real ranks, host 3 slowed: 3 rounds of 4
+    disjoint pairs (the first inside the switches, the next across), then the retests beside
+    their control pairs; host 3 named, and only it (not its switch), exit 1. (A healthy fleet
+    naming nothing: the model's tests, test_logic_doctor_screen.py.)"""
+    name, subnet = hosts(8)
+    conf = tmp_path / "topology.conf"
+    conf.write_text(f"SwitchName=s1 Nodes={name}[1-4]\nSwitchName=s2 Nodes={name}[5-8]\n"
+                    "SwitchName=spine Switches=s[1-2]\n")
+    slow_host(name, 3, "300mbit")  # under a busy machine's pairs (1 Gbit hid among them once)
+    output = tmp_path / "screen.jsonl"
+    (stdout, stderr), statuses = run_by_hand(
+        name, subnet, 8, *QUICK, "--repeat=2", "--plan=screen", "--rounds=3", "--seed=4",
+        f"--topology={conf}", f"--output={output}")
+    assert statuses == [1] * 8, stdout + stderr
+    assert "the screen: 3 rounds of disjoint pairs of hosts (--seed 4, across switches)" in \
+        stderr
+    meta, records, final = verdict_of(output)
+    assert meta["doctor"]["plan"] == "screen"
+    assert (final["suspect_hosts"], final["suspect_links"], final["suspect_switches"],
+            final["unreachable"]) == ([f"{name}3"], [], [], []), final
+    (line,) = findings(stderr)
+    assert line.startswith(f"commbench: slow host {name}3 (bandwidth of its links to the other "
+                           "hosts): slow in all of its 3 pairs") and "beside" in line, line
+    pairs = [r for r in records if r.get("phase") == "pairs"]
+    for number in range(3):
+        hosts_of = [h for r in pairs if r["round"] == number for h in r["hosts"]]
+        assert sorted(hosts_of) == [f"{name}{i}" for i in range(1, 9)]  # a perfect matching
+        inside = [(int(a[-1]) - 1) // 4 == (int(b[-1]) - 1) // 4 for r in pairs
+                  if r["round"] == number for a, b in (r["hosts"],)]
+        assert all(inside) if number == 0 else not any(inside), (number, pairs)
+    retests = [r for r in records if r.get("phase") in ("retest", "control")]
+    assert min(r["round"] for r in retests) == 3, retests  # after the screen's 3 rounds
+    assert sum(r["phase"] == "retest" and f"{name}3" in r["hosts"] for r in retests) == 2
+    assert all(any(c["phase"] == "control" and c["round"] == r["round"] for c in retests)
+               for r in retests if r["phase"] == "retest"), retests  # each beside a control
+
+
+def test_a_bad_topology_is_refused_before_anything_starts(tmp_path):
+    """A host under two switches: one line naming the file's line, exit 2 (no rank started)."""
+    conf = tmp_path / "bad.conf"
+    conf.write_text("SwitchName=s1 Nodes=n[1-4]\nSwitchName=s2 Nodes=n[4-8]\n")
+    result = launch("doctor.py", "--dist=torch", "--backend=gloo", f"--topology={conf}")
+    assert result.returncode == 2, result
+    (line,) = result.stderr.strip().splitlines()
+    assert line == f"commbench: error: --topology {conf}:2: host n4 is under two switches, s1 " \
+        "(line 1) and s2", line
+
+
+@serial
+def test_a_topology_naming_an_unknown_host_is_one_line_before_any_measurement(tmp_path):
+    conf = tmp_path / "other.conf"
+    conf.write_text("# another cluster's\nSwitchName=s1 Nodes=elsewhere[1-2]\n")
+    result = launch("doctor.py", "--dist=torch", "--backend=gloo", f"--topology={conf}",
+                    f"--output={tmp_path / 'o.jsonl'}", nproc=2)
+    assert result.returncode == 2, result
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert errors and errors[0].startswith(f"commbench: error: --topology {conf}:2: unknown host "
+                                           "elsewhere1: the check runs on "), result.stderr
+    assert not (tmp_path / "o.jsonl").exists() or "doctor" not in \
+        (tmp_path / "o.jsonl").read_text()
+
+
 @serial
 def test_a_host_killed_mid_check_is_named_unreachable(hosts, tmp_path):
     """Host 4's rank is SIGKILLed once the first round is recorded: the others name it
@@ -215,7 +284,7 @@ def test_a_host_killed_mid_check_is_named_unreachable(hosts, tmp_path):
     assert statuses[:3] == [1, 1, 1] and statuses[3] != 0, shown
     _, records, final = verdict_of(output, shown)
     assert (final["suspect_hosts"], final["suspect_links"], final["unreachable"]) == \
-        ([], [], [f"{name}4"])
+        ([], [], [f"{name}4"]), shown
     # the bound docs/doctor.md states: named within 10 s of its death (and the rest of the
     # check: two rounds of three hosts, a few seconds here), not --timeout 120
     assert named_in < 40, f"{named_in:.1f} s\n{shown}"
@@ -252,15 +321,31 @@ def test_a_host_killed_mid_check_is_named_unreachable(hosts, tmp_path):
 
 @serial
 def test_one_host_checks_its_ranks_and_says_no_links(tmp_path):
-    output = tmp_path / "one.jsonl"
+    output, db = tmp_path / "one.jsonl", str(tmp_path / "results.db")
+    earlier_checks(db, socket.gethostname(), 3)
     result = launch("doctor.py", "--dist=torch", "--backend=gloo", *QUICK, f"--output={output}",
-                    nproc=2)
+                    "--db", db, "--baseline", db, nproc=2)
     assert result.returncode == 0, result
     assert "no links between hosts to check (one host)" in result.stderr
     assert "Verdict: healthy (one host: no links between hosts checked;" in result.stdout
     _, records, final = verdict_of(output)
     assert [r["phase"] for r in records if r.get("type") == "doctor"] == ["intra"]
     assert final["healthy"]
+    # --baseline (doctor/baseline.py): the host against its 3 earlier checks (1 B/s each)
+    assert "baseline: 1 host(s) and 0 link(s) against their own last 10 checks: median " \
+        in result.stdout and "none slower than it was" in result.stdout, result.stdout
+    ratio = final["baseline"]["hosts"][socket.gethostname()]
+    assert ratio == pytest.approx(records[0]["busbw_Bps"], rel=1e-3)
+
+
+def earlier_checks(path, host, count):
+    from commbench.db.store import RunWriter, Store
+    store = Store(path)
+    for _ in range(count):
+        writer = RunWriter(store, {"ops": ["doctor"], "hostnames": [host]})
+        writer.add({"type": "doctor", "phase": "intra", "host": host, "busbw_Bps": 1.0})
+        writer.close()
+    store.close()
 
 
 @pytest.mark.parametrize("args,message", [

@@ -2,19 +2,20 @@
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
 
-from commbench import results
+from commbench import builds, results
 from support import ROOT, assert_no_traceback, base_env, free_port, launcher_command
 from test_output_stats import kill_tree
 
 
-@pytest.mark.parametrize("dist", ["torch", "deepspeed"])
-@pytest.mark.parametrize("launcher", ["torchrun", "mpirun"])
+@pytest.mark.parametrize("launcher,dist", [("torchrun", "deepspeed"), ("mpirun", "torch")])
 def test_killed_rank_ends_the_job(tmp_path, launcher, dist):
     """SIGKILL rank 1 mid-scan: rank 0 ends non-zero, well within the timeout, with one line
     naming op and size or, when the launcher ends it first, the line saying it was stopped; the
@@ -28,7 +29,7 @@ def test_killed_rank_ends_the_job(tmp_path, launcher, dist):
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        wait_for_records(path, 3)
+        wait_for_records(path, 3, proc=proc)
         ranks = [p for p in __import__("psutil").Process(proc.pid).children(recursive=True)
                  if "all_gather.py" in " ".join(p.cmdline()) and p.name().startswith("python")]
         victim = [p for p in ranks if p.environ().get("RANK", p.environ().get("PMI_RANK")) == "1"]
@@ -60,12 +61,35 @@ def test_killed_rank_ends_the_job(tmp_path, launcher, dist):
     assert [r["numel"] for r in records] == [2 * 2 ** p for p in range(1, len(records) + 1)]
 
 
-def wait_for_records(path, count, limit=120):
-    """Until the results file holds `count` measured sizes (a run is mid-scan)."""
+@pytest.mark.fast
+def test_an_op_is_built_only_when_ninja_has_no_work(tmp_path):
+    """builds.built: a library ninja would rebuild (its source newer, a build interrupted)
+    counts as not built, so the rendezvous' deadline says that a build is under way."""
+    ninja = shutil.which("ninja")
+    if ninja is None:
+        pytest.skip("no ninja here")
+    (tmp_path / "a.cpp").write_text("a")
+    (tmp_path / "build.ninja").write_text("rule cp\n  command = cp $in $out\n"
+                                          "build op.so: cp a.cpp\n")
+    assert not builds.built(str(tmp_path), "op")
+    subprocess.run([ninja, "-C", str(tmp_path)], check=True, capture_output=True)
+    assert builds.built(str(tmp_path), "op")
+    later = time.time() + 5
+    os.utime(tmp_path / "a.cpp", (later, later))
+    assert not builds.built(str(tmp_path), "op")
+
+
+def wait_for_records(path, count, limit=120, proc=None):
+    """Until the results file holds `count` measured sizes (a run is mid-scan); with `proc`,
+    a run that ended before is an error that shows its output."""
     started = time.monotonic()
     while time.monotonic() - started < limit:
         if path.exists() and len(results.read(str(path))[1]) >= count:
             return
+        if proc is not None and proc.poll() is not None:
+            stdout, stderr = proc.communicate()
+            raise AssertionError(f"the run ended ({proc.returncode}) before {path} held {count} "
+                                 f"records:\n{stdout}\n{stderr}")
         time.sleep(0.05)
     raise AssertionError(f"{path} never reached {count} records")
 
@@ -221,3 +245,27 @@ def test_master_addr_that_does_not_resolve(run):
     # its own line, not a retry loop until the deadline (which would outlast run()'s 240 s)
     assert result.stderr.strip().splitlines()[-1].startswith(
         "commbench: error: rank 0: MASTER_ADDR no-such-host.invalid does not resolve")
+
+
+def test_a_stall_deadline_ends_a_block_only_once_its_calls_stop_moving():
+    """guard.stall_deadline (replay's passes, where oneCCL never times a call out): a block that
+    keeps moving runs past the limit; once it stands still for the limit, one line, exit 1."""
+    code = textwrap.dedent("""
+        import time
+        from commbench.guard import stall_deadline
+        steps = [0]
+        with stall_deadline(0.6, lambda: steps[0], "rank 0: replay: a call did not finish"):
+            for _ in range(15):  # 1.5 s in all, a step every 0.1 s
+                time.sleep(0.1)
+                steps[0] += 1
+            print("moved", flush=True)
+            time.sleep(8)
+        print("not reached")
+    """)
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=base_env(),
+                            capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - started
+    assert (result.returncode, result.stdout) == (1, "moved\n"), result
+    assert result.stderr.splitlines() == ["commbench: error: rank 0: replay: a call did not finish"]
+    assert took < 7, took  # 0.6 s after the steps stopped, not the 8 s sleep

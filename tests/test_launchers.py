@@ -7,7 +7,9 @@ import pytest
 from formulas import OPS, check_bandwidth
 
 
-@pytest.mark.parametrize("op", OPS)
+# The scripts the other tests seldom start (all_reduce.py, all_gather.py and pt2pt.py run in
+# many of them, under every launcher).
+@pytest.mark.parametrize("op", [op for op in OPS if op not in ("all_reduce", "all_gather", "pt2pt")])
 def test_each_op_script_under_torchrun(run, op):
     result = run(f"{op}.py", "--scan", "--raw", "--maxsize=6", "--trials=2", "--dist=torch", nproc=2,
                  launcher="torchrun")

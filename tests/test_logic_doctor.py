@@ -172,6 +172,20 @@ def test_a_link_slow_by_latency_is_named():
     assert judgement.suspects[0].text.startswith("latency 100.0 us, 5.0x the median of n0's")
 
 
+def test_a_links_latency_is_out_of_line_only_when_its_interval_is():
+    # CI: host n3 died in round 2 of 4 hosts; n0-n1's windows were 0.2, 0.3 and 2 ms (mean 835
+    # us, 95% interval 0-2310 us) beside n0-n2's 249 and n1-n2's 198 us: noise
+    f = Figures(NAMES[:4], 0.5)  # doctor.py's default --min-fraction
+    f.unreachable, f.unreachable_why = {3}, {}
+    f.links[(0, 3)] = Link(397e-6, 4.2 * GBPS, 4.2 * GBPS, 6.8 * GBPS)  # before n3 died
+    f.links[(0, 2)] = Link(249e-6, 6.3 * GBPS, 9.0 * GBPS, 7.8 * GBPS, latency_low_s=153e-6)
+    f.links[(1, 2)] = Link(198e-6, 3.5 * GBPS, 6.5 * GBPS, 6.6 * GBPS, latency_low_s=104e-6)
+    f.links[(0, 1)] = Link(835e-6, 3.8 * GBPS, 7.2 * GBPS, 6.1 * GBPS, latency_low_s=0.0)
+    assert verdict.first_pass(f).suspects == []
+    f.links[(0, 1)].latency_low_s = 600e-6  # every window slow: a slow link
+    assert [(s.kind, s.hosts) for s in verdict.first_pass(f).suspects] == [("link", (0, 1))]
+
+
 def test_a_host_slow_among_its_own_ranks_is_an_intra_suspect_retested_within_hosts():
     f = figures(4)
     f.hosts[1].busbw_Bps = 40 * GBPS  # 0.25x the others' 160

@@ -14,6 +14,7 @@ from commbench import collective, dtypes, groups, launch, overlap
 from commbench.errors import UsageError
 from commbench.strategies import accounting
 from commbench.trace.model import Call, Part, Trace
+from commbench.trace import calls
 
 pytestmark = pytest.mark.fast
 
@@ -218,15 +219,17 @@ def test_format_cpus():
 
 # --------------------------------------------------------------------------- accounting
 
-def test_every_counted_function_has_a_size_rule_and_an_op():
-    assert set(accounting.OP_NAMES) == set(accounting._SIZE)
+def test_every_counted_function_has_an_op_and_torch_has_most_of_them():
+    assert set(accounting.OP_NAMES) == set(calls.FUNCTIONS)
     assert set(accounting.OP_NAMES.values()) == set(accounting.OPS)
+    # the table names torch's functions (a few are older or newer spellings of one of them)
+    assert sum(hasattr(torch.distributed, name) for name in calls.FUNCTIONS) >= 20
 
 
 def test_sizes_of_calls_in_the_suites_convention():
     x = torch.ones(8, dtype=torch.float32)  # 32 B
     shard = torch.ones(2, dtype=torch.bfloat16)  # 4 B
-    size = accounting._SIZE
+    size = {name: function.nbytes for name, function in calls.FUNCTIONS.items()}
     assert size["all_reduce"]({"tensor": x}) == 32
     assert size["all_gather_into_tensor"]({"input_tensor": shard, "output_tensor": x}) == 4
     assert size["reduce_scatter"]({"input_list": [x, x], "output": shard}) == 64  # whole input
@@ -234,6 +237,42 @@ def test_sizes_of_calls_in_the_suites_convention():
     ops = [SimpleNamespace(tensor=x), SimpleNamespace(tensor=shard)]
     assert size["batch_isend_irecv"]({"p2p_op_list": ops}) == 36  # sent plus received
     assert size["barrier"]({}) == 0
+
+
+def _where(ranks=(0, 1, 2), rank=0):
+    return calls.Where(tuple(ranks), rank, lambda group: tuple(ranks) if group is None else group)
+
+
+def test_what_a_trace_keeps_of_a_call():
+    describe = {name: function.describe for name, function in calls.FUNCTIONS.items()}
+    x = torch.ones(6, dtype=torch.float32)
+    assert describe["all_reduce"](_where(), {"tensor": x}) == dict(
+        op="all_reduce", dtype="float32", in_numel=6, out_numel=6, reduce_op="sum")
+    assert describe["reduce_scatter_tensor"](_where(), {
+        "input": x, "output": x[:2], "op": torch.distributed.ReduceOp.MAX})["reduce_op"] == "max"
+    # torch's splits count rows; the trace counts elements
+    rows = torch.ones(6, 2)
+    split = describe["all_to_all_single"](_where(), {
+        "input": rows, "output": rows, "input_split_sizes": [1, 2, 3],
+        "output_split_sizes": None})
+    assert split["in_split"] == [2, 4, 6] and split["out_split"] == [4, 4, 4]
+    # a root given within its group is kept as a global rank; only the root gathers
+    group = _where(ranks=(3, 5, 7), rank=5)
+    assert describe["gather"](group, {"tensor": x, "group_dst": 1}) == dict(
+        op="gather", dtype="float32", in_numel=6, root=5, out_numel=18)
+    assert describe["scatter"](group, {"tensor": x, "src": 3})["in_numel"] == 0
+    assert describe["isend"](group, {"tensor": x, "group_dst": 2})["peer"] == 7
+    assert calls.FUNCTIONS["isend"].always_async and not calls.FUNCTIONS["send"].always_async
+
+
+def test_a_batch_is_its_parts_each_with_its_peer():
+    send = SimpleNamespace(op=torch.distributed.isend, peer=2, tensor=torch.ones(4), group=None)
+    recv = SimpleNamespace(op=torch.distributed.irecv, peer=None, group_peer=1,
+                           tensor=torch.ones(3, dtype=torch.bfloat16), group=(4, 6))
+    batch = calls.FUNCTIONS["batch_isend_irecv"].describe(_where(), {"p2p_op_list": [send, recv]})
+    assert [(p.op, p.peer, p.numel, p.dtype) for p in batch["batch"]] == [
+        ("send", 2, 4, "float32"), ("recv", 6, 3, "bfloat16")]
+    assert (batch["in_numel"], batch["out_numel"], batch["group"]) == (4, 3, ())
 
 
 def test_step_counts_figures_in_the_ops_order_then_blocked_time():

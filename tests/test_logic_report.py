@@ -1,8 +1,10 @@
 """report.py's logic in-process: every kind of input read back (results files in the three
 formats, saved tables, nccl-tests text; commbench/report/runs.py over commbench/results.py),
-compare's ratios and verdicts (compare.py), the bucket model (buckets.py) and the strategy
-estimate's pieces (strategy.py). Inputs are written to tmp_path; no ranks, no report.py."""
+compare's ratios and verdicts (compare.py), the bucket model (buckets.py), the strategy
+estimate's pieces (strategy.py) and doctor's heatmap (doctor.py). Inputs are written to
+tmp_path; no ranks, no report.py."""
 
+import json
 import math
 import random
 import re
@@ -366,3 +368,31 @@ def test_bucketed_messages_are_full_buckets_then_the_rest():
     pieces = strategy._bucketed("all_reduce", 10, 4, 2, 1.5, lambda b: b)
     assert [(p.message, p.count, p.moved) for p in pieces] == [(4, 2, 6.0), (2, 1, 3.0)]
     assert strategy._bucketed("all_reduce", 3, 4, 2, 1.0, lambda b: b)[0].count == 1  # rest only
+
+
+# --------------------------------------------------------------------------- doctor's heatmap
+
+def test_a_doctor_runs_heatmap_has_its_matrices_suspects_and_verdict(tmp_path):
+    from commbench.report import doctor
+    hosts = ["h0", "h1", "h2"]
+    lines = [{"type": "meta", "ops": ["doctor"], "hosts": hosts, "backend": "gloo",
+              "bw_unit": "Gbps"}]
+    for (a, b), gbps in {("h0", "h1"): 9.0, ("h0", "h2"): 2.0, ("h1", "h2"): 2.5}.items():
+        lines.append({"type": "doctor", "phase": "pairs", "hosts": [a, b],
+                      "forward_Bps": gbps * 1.25e8, "backward_Bps": gbps * 1.25e8 / 2,
+                      "both_Bps": gbps * 1.25e8 * 1.5, "latency_s": 50e-6})
+    lines.append({"type": "verdict", "healthy": False, "suspect_hosts": ["h2"],
+                  "suspect_links": [["h0", "h1"]], "unreachable": []})
+    path = tmp_path / "doctor.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    one_way, both, latency = doctor._matrices(hosts, doctor.load(path)[1], "Gbps")
+    assert one_way[0][2] == pytest.approx(2.0) and one_way[2][0] == pytest.approx(1.0)
+    assert both[1][2] == both[2][1] == pytest.approx(3.75) and latency[0][1] == pytest.approx(50)
+    assert math.isnan(one_way[1][1])
+    figure = doctor.heatmap(path, tmp_path / "map.png")
+    assert (tmp_path / "map.png").stat().st_size > 10_000
+    assert figure._suptitle.get_text() == \
+        "doctor: 3 hosts, gloo: suspect host h2; suspect link h0-h1"
+    # a row and a column for the host, two cells for the link, in each of the three panels
+    assert [len(axis.patches) for axis in figure.axes[:3]] == [4, 4, 4]
+    assert doctor._verdict(None) == "no verdict (the run ended early)"

@@ -171,6 +171,24 @@ def test_async_ops_in_flight_each_hold_a_staging_copy():
     assert parts == [("input", 1.0), ("output", 0.5), ("gloo staging copy x 3 in flight", 3)]
 
 
+def test_a_sweeps_ceiling_is_the_memory_at_the_runs_first_sweep(monkeypatch):
+    # run_all.py checks every op's sweep before the first; the memory the ops before an op
+    # leave in use must not turn its own check into a refusal after rows were measured (CI: the
+    # second op of a scan in a 1500 MiB cgroup was refused, exit 2).
+    memory = iter([(600 << 20, "cgroup"), (300 << 20, "cgroup")])
+    monkeypatch.setattr(sizes, "per_rank_memory", lambda comm: next(memory))
+    comm = SimpleNamespace(world_size=2, sweep_memory=None, one_tensor_all_gather=False)
+    args = SimpleNamespace(dtype="float", mem_factor=1.0, maxsize=27, min_bytes=None,
+                           scan=True)
+    numels = [2 ** 27]  # 512 MiB a rank: within 600 MiB, past 300
+    sizes.refuse_past_ceiling(descriptor("all_gather"), numels, args, comm)
+    sizes.refuse_past_ceiling(descriptor("reduce_scatter"), numels, args, comm)
+    assert comm.sweep_memory == (600 << 20, "cgroup")
+    comm.sweep_memory = (300 << 20, "cgroup")
+    with pytest.raises(sizes.UsageError, match="past a sweep's ceiling of 300.0 MiB"):
+        sizes.refuse_past_ceiling(descriptor("all_gather"), numels, args, comm)
+
+
 # --------------------------------------------------------------------------- the table
 
 def table_args(**extra):

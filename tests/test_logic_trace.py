@@ -400,3 +400,29 @@ def test_a_batch_meets_plain_sends_and_receives_part_by_part():
                                            (20, "21st"), (21, "22nd"), (110, "111th")])
 def test_ordinals(position, text):
     assert agree._ordinal(position) == text
+
+
+GATHER = ("c10d::gather_(Tensor[][] output_tensors, Tensor[] input_tensors, "
+          "__torch__.torch.classes.c10d.ProcessGroup process_group, int root_rank=0, "
+          "int timeout=-1) -> __torch__.torch.classes.c10d.Work")
+SCATTER = ("c10d::scatter_(Tensor[] output_tensors, Tensor[][] input_tensors, "
+           "__torch__.torch.classes.c10d.ProcessGroup process_group, int root_rank=0, "
+           "bool asyncOp=True, int timeout=-1) -> (Tensor[], __torch__.torch.classes.c10d.Work)")
+
+
+def test_an_execution_traces_gather_and_scatter_give_the_whole_to_the_root_alone():
+    def rooted(rank, world=3):
+        chunks = [tensor(20 + i, 4) for i in range(world)] if rank == 1 else []
+        return [node(20, "c10d::gather_", [[chunks], [tensor(5, 4)], "<Object>", 1, -1],
+                     ["GenericList[GenericList[Tensor(float)]]", "GenericList[Tensor(float)]",
+                      "Object", "Int", "Int"], schema=GATHER),
+                node(21, "c10d::scatter_", [[tensor(6, 4)], [chunks], "<Object>", 1, False, -1],
+                     ["GenericList[Tensor(float)]", "GenericList[GenericList[Tensor(float)]]",
+                      "Object", "Int", "Bool", "Int"], schema=SCATTER)]
+    for rank, whole in ((1, 12), (0, 0), (2, 0)):
+        gather, scatter = etrace._calls(rooted(rank), rank, 3, "rank.json")
+        assert (gather.op, gather.root, gather.in_numel, gather.out_numel) == \
+            ("gather", 1, 4, whole)
+        assert (scatter.op, scatter.root, scatter.in_numel, scatter.out_numel) == \
+            ("scatter", 1, whole, 4)
+        assert gather.group == scatter.group == (0, 1, 2) and scatter.req is None

@@ -14,14 +14,15 @@ def test_overhead_script_quick_mode_parses():
     proc = subprocess.run([sys.executable, "benchmarks/overhead.py", "--quick"], cwd=ROOT,
                           env=base_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    rows = re.findall(r"^all_reduce\s+(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$",
-                      proc.stdout, re.M)
+    rows = re.findall(r"^all_reduce\s+(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)"
+                      r"\s+([\d.]+)\s+([\d.]+)$", proc.stdout, re.M)
     assert [int(size) for size, *_ in rows] == [8, 32768]
-    for _, trials, suite, bare, ratio in rows:
+    for _, trials, suite, bare, ratio, marked, marked_ratio in rows:
         assert 5 <= int(trials) <= 1000 and float(suite) > 0 and float(bare) > 0
-        assert 0.2 < float(ratio) < 5
+        assert 0.2 < float(ratio) < 5 and float(marked) > 0 and 0.2 < float(marked_ratio) < 5
     summary = re.search(r"^summary world size 1: 2 op/size pairs, median ratio ([\d.]+), "
-                        r"geometric mean ([\d.]+), max ([\d.]+), ([012]) above 1.03$",
+                        r"geometric mean ([\d.]+), max ([\d.]+), ([012]) above 1.03; "
+                        r"--per-trial/suite: median ([\d.]+), max ([\d.]+)$",
                         proc.stdout, re.M)
     assert summary, proc.stdout
     assert "each rank pinned to one CPU" in proc.stdout

@@ -62,7 +62,7 @@ STAGES = [(USAGE, 2), (MISSING, 1), (GLOO_DTYPE, 2), (OUTPUT, 1)]
 # Lines DeepSpeed itself writes to stderr (its logger, and its extension loader).
 DEEPSPEED_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\] \[(INFO|WARNING)\] |"
                             r"^DeepSpeed deepspeed\.ops\.comm\.deepspeed_shm_comm_op built ")
-EXAMPLES = int(os.environ.get("COMMBENCH_PROPERTY_EXAMPLES", "24"))
+EXAMPLES = int(os.environ.get("COMMBENCH_PROPERTY_EXAMPLES", "8"))
 
 
 @st.composite
@@ -196,7 +196,7 @@ def test_random_command_lines(cgroup, no_ccl, tmp_path_factory, example):
 
 FAULTS = ["kill", "SIGINT", "SIGTERM", "closed pipe", "full disk", "stale lock"]
 # Examples per fault (every fault is tried; the command lines and world sizes are drawn).
-FAULT_EXAMPLES = int(os.environ.get("COMMBENCH_PROPERTY_FAULT_EXAMPLES", "2"))
+FAULT_EXAMPLES = int(os.environ.get("COMMBENCH_PROPERTY_FAULT_EXAMPLES", "1"))
 OK_VALUES = {flag: sorted(v for v, effect in values.items() if effect == OK)
              for flag, values in VALUES.items()
              if flag not in ("--timeout", "--output", "--local_rank", "--backend", "--device")}

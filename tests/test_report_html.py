@@ -3,6 +3,7 @@ two runs, a run with --groups and a parallel_bench.py run: no console message, n
 leaving the file, its tables' figures those of the results file, a screenshot that is not
 blank; and a broken or empty input is one line, exit 1, nothing left behind."""
 
+import math
 import os
 import re
 import shutil
@@ -212,22 +213,38 @@ def test_the_checks_catch_what_they_look_for(tmp_path):
 
 
 def test_one_run(runs, tmp_path):
-    page = tmp_path / "one.html"
-    made = html(runs["gloo"], output=page)
+    page, db = tmp_path / "one.html", tmp_path / "results.db"
+    sys.path.insert(0, str(ROOT))
+    from commbench.db import store as stores
+    store = stores.Store(str(db))  # report.py import's own step, in-process
+    stores.import_file(store, str(runs["gloo"]))
+    store.close()
+    made = html(runs["gloo"], "--db", db, output=page)
     assert made.returncode == 0, made.stderr
     assert re.search(rf"wrote {re.escape(str(page))} \(\d+ KiB\)", made.stderr)
     dom, tables = opened(page, tmp_path)
     assert shown(tables) == results_of(runs["gloo"])  # every op, size and duration
     assert set(shown(tables)) == {"all_reduce", "all_gather", "all_to_all", "reduce_scatter",
                                   "pt2pt", "broadcast"}
-    heads = [text for text, _ in tables[2]["rows"][0]]  # the first op's table
+    first = next(t for t in tables if t["attrs"].get("class") == "results")  # the first op's
+    heads = [text for text, _ in first["rows"][0]]
     for column in ("95% interval", "Median", "P99", "Slowest rank", "Wrong"):
         assert column in heads, heads
     for what in ("run_all.py --scan", "torch.distributed", "gloo, cpu", "2 ranks on 1 host",
                  "How to read it", "BusBW"):
         assert what in dom, what
-    assert dom.count("<svg") == 1  # the curves, text as text
+    assert dom.count("<svg") == 2  # the curves and the history, text as text
     assert "<script" not in open(page).read()
+    # --db: the history section, the run's figure per band (small: the geometric mean of the
+    # sizes' durations) and its verdict
+    history = {t["attrs"]["data-series"]: t["rows"][1:] for t in tables
+               if t["attrs"].get("class") == "history"}
+    key = next(k for k in history if k.startswith("all_reduce float32 sum") and "small" in k)
+    durations = [d for size, d in results_of(runs["gloo"])["all_reduce"].items() if size < 65536]
+    (row,) = history[key]
+    assert float(row[2][1]) == pytest.approx(math.exp(sum(map(math.log, durations))
+                                                      / len(durations)), rel=1e-6)
+    assert "no change claimed: 1 run is too few to judge one (it takes 10)" in dom
 
 
 def test_two_runs_show_the_verdicts(runs, tmp_path):

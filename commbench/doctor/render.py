@@ -9,6 +9,7 @@ def _cell(value, width):
     return str(value).rjust(width)
 
 
+MATRIX_HOSTS = 32
 UNREACHABLE = "unreach."  # a matrix cell of a pair never measured: one of its hosts was gone
 
 
@@ -28,7 +29,9 @@ def _matrix(figures, title, value):
                 continue
             link = figures.link(i, j)
             gone = i in figures.unreachable or j in figures.unreachable
-            if link is None:
+            if link is None and figures.measured and not figures.full:
+                cells.append(UNREACHABLE if gone else ".")  # the screen did not pair them
+            elif link is None:
                 cells.append(UNREACHABLE if gone else "x")
             else:
                 cells.append(value(link, i < j) + ("*" if gone else ""))
@@ -59,7 +62,10 @@ def report(figures, judgement, per_host):
                      f"{(f'{host.latency_s * 1e6:.1f}' if host and host.latency_s else '-'):>14}  "
                      f"{(f'{bw * scale:.3f}' if bw else '-'):>12}  "
                      f"{(f'{lat * 1e6:.1f}' if lat else '-'):>14}  {state}")
-    if len(names) > 1:
+    if len(names) > MATRIX_HOSTS:
+        lines += ["", f"(the pair matrices: not printed above {MATRIX_HOSTS} hosts; the "
+                      "--output records have every pair measured)"]
+    elif len(names) > 1:
         def one_way(link, forward):
             return f"{(link.forward_Bps if forward else link.backward_Bps) * scale:.3f}"
         lines += _matrix(figures, f"Bandwidth ({unit}), row to column, one way:", one_way)
@@ -67,6 +73,8 @@ def report(figures, judgement, per_host):
                          lambda link, _: f"{link.both_Bps * scale:.3f}")
         lines += _matrix(figures, "Latency (us), one way:",
                          lambda link, _: f"{link.latency_s * 1e6:.1f}")
+        if not figures.full:
+            lines += ["", "(.: a pair the screen did not measure)"]
         if figures.unreachable and len(names) > 1:
             gone = ", ".join(names[h] for h in sorted(figures.unreachable))
             lines += ["", f"({UNREACHABLE}: not measured, a host of the pair did not answer; *: "
@@ -76,6 +84,9 @@ def report(figures, judgement, per_host):
         lines.append(f"Verdict: {len(judgement.findings)} finding"
                      f"{'s' if len(judgement.findings) > 1 else ''}")
         lines += [f"  {line}" for line in findings(figures, judgement)]
+    elif not figures.full:
+        lines.append(f"Verdict: healthy ({len(names)} hosts, {len(figures.links)} pairs "
+                     "screened; no host, link or switch out of line with the fleet)")
     else:
         checked = "one host: no links between hosts checked" if len(names) == 1 else \
             f"{len(names)} hosts, {len(figures.links)} links"
@@ -102,6 +113,9 @@ def label(figures, finding):
     """The opening words of a finding's line: its kind, its host or link, what is slow."""
     if finding.kind == "unreachable":
         return f"unreachable host {figures.names[finding.hosts[0]]} (no answer)"
+    if finding.kind == "switch":
+        return (f"suspect switch {finding.switch} (its hosts in line among themselves, slow to "
+                "every host outside it: its uplink)")
     name = figures.pair(*finding.hosts) if finding.kind == "link" else \
         figures.names[finding.hosts[0]]
     words = KINDS.get((finding.kind, finding.intra, finding.measure or "bandwidth"))
@@ -171,6 +185,11 @@ def advice(figures, judgement):
     for pair in links:
         for h in pair:
             counts[h] = counts.get(h, 0) + 1
+    for f in judgement.findings:
+        if f.kind == "switch":
+            out.append(f"  switch {f.switch}: its uplink (or the switch): report it; to run now, "
+                       f"leave out its hosts: --exclude="
+                       f"{hostlist([names[h] for h in sorted(f.hosts)])}")
     for i, j in links:
         a, b = (i, j) if counts[i] >= counts[j] else (j, i)
         common = f" ({names[a]} is in {counts[a]} of the slow links)" if counts[a] > 1 else ""
@@ -203,10 +222,12 @@ def verdict_record(figures, judgement):
     links = [[names[a], names[b]] for f in judgement.findings if f.kind == "link"
              for a, b in (f.hosts,)]
     unreachable = [names[f.hosts[0]] for f in judgement.findings if f.kind == "unreachable"]
+    switches = [f.switch for f in judgement.findings if f.kind == "switch"]
     bws = [lk.bandwidth for pair, lk in figures.links.items() if lk.bandwidth and
            not set(pair) & figures.unreachable]  # the live hosts' links
     leave = excluded(figures, judgement)
     return {"type": "verdict", "suspect_hosts": hosts, "suspect_links": links,
+            "suspect_switches": switches,
             "unreachable": unreachable, "healthy": not judgement.findings,
             "findings": findings(figures, judgement), "cleared": judgement.cleared,
             "exclude": leave, "exclude_hostlist": hostlist(leave),

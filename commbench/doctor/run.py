@@ -15,14 +15,14 @@ import torch
 import torch.distributed
 
 from .. import defaults, provenance, results
-from ..cli import add_rank_flags
+from ..cli import add_rank_flags, add_store_flags
 from ..comm import init_comm
 from ..harness import guarded, open_results
-from ..errors import UsageError
+from ..errors import BenchmarkError, UsageError
 from ..flags import UsageParser, prog
 from ..numbers import byte_count, float_in, int_at_least
 from ..table import emit, note, output_failure
-from . import control, measure, render, schedule, verdict
+from . import control, fleet, measure, plan, render, schedule, topology, verdict
 from .control import Control
 
 DEFAULT_MIN_FRACTION = 0.5
@@ -55,6 +55,18 @@ def parser():
                             "slow or broken host or link. Exit 0 healthy, 1 anything suspect "
                             "or unreachable, 2 bad usage.")
     add_rank_flags(p, "communication layer to start")
+    p.add_argument("--plan", choices=plan.PLANS, default="auto",
+                   help="full: every pair of hosts (N-1 rounds); screen: --rounds rounds of "
+                        "disjoint pairs, slowest with fastest, then the suspects' retests; auto: "
+                        f"full up to {plan.AUTO_FULL_HOSTS} hosts, screen above (default auto)")
+    p.add_argument("--rounds", type=int_at_least(1), default=plan.DEFAULT_ROUNDS, metavar="K",
+                   help=f"the screen's rounds of pairs (default {plan.DEFAULT_ROUNDS})")
+    p.add_argument("--seed", type=int_at_least(0), default=0,
+                   help="the screen's first round of pairs is drawn with it (default 0)")
+    p.add_argument("--topology", metavar="FILE",
+                   help="which switch each host is behind, in Slurm's topology.conf form "
+                        "(SwitchName=s1 Nodes=node[01-16]): the screen pairs hosts across "
+                        "switches and names a switch whose hosts are slow only to the outside")
     p.add_argument("--min-fraction", type=_fraction, default=DEFAULT_MIN_FRACTION, metavar="F",
                    help="a host or link below F of its peers' median bandwidth (or above 1/F of "
                         "their latency), and beyond 3 robust deviations of them, is suspect "
@@ -89,6 +101,10 @@ def parser():
                         "(.jsonl or .json)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing --output file")
+    add_store_flags(p)
+    p.add_argument("--baseline", metavar="URL", default=None,
+                   help="also judge each host and link against its own last 10 checks in this "
+                        "results database (--db's; the same --tag; docs/history.md)")
     return p
 
 
@@ -96,6 +112,7 @@ def parse(argv=None):
     args = parser().parse_args(argv)
     # What the suite's start-up reads of an op script's flags, fixed for the doctor.
     args.dtype, args.op, args.pin, args.groups = "float32", "sum", False, None
+    args.topology_of = topology.parse(args.topology) if args.topology else None
     if args.output:
         kind = results.output_format(args.output)
         if kind == ".csv":
@@ -117,6 +134,8 @@ class Check:
             shape = ", ".join(f"{h} {len(r)}" for h, r in zip(names, self.ranks))
             raise UsageError(f"uneven ranks per host ({shape}): start the same number of ranks "
                              "on every host")
+        self.topology = topology.check(args.topology_of, names) if args.topology_of else None
+        self.plan = plan.resolve(args.plan, len(names))
         self.my_host = names.index(comm.hostnames[comm.global_rank])
         self.leader = self.ranks[self.my_host][0] == comm.global_rank
         self.control = Control(comm, args.timeout)
@@ -124,6 +143,10 @@ class Check:
             names, args.min_fraction, args.bw_unit,
             expect_Bps=args.expect_gbps * 1e9 / 8 if args.expect_gbps else None,
             expect_latency_s=args.expect_latency_us * 1e-6 if args.expect_latency_us else None)
+        self.figures.full = self.plan == "full"
+        if self.topology is not None:
+            self.figures.leaf = self.topology.leaf_index(names)
+            self.figures.switch_names = [s.name for s in self.topology.leaves()]
         self.writer = None
         self.timeout = timedelta(seconds=args.timeout)
         self.groups = self._make_groups()
@@ -156,15 +179,28 @@ class Check:
         """Every group the check may use, made now, while every host answers, by every rank in
         the same order (torch names a group by its ranks and by how many groups the process
         already has: ranks that made groups in different orders wait for each other forever;
-        PARAM's replay met the same): each host's ranks, then one rank of each pair of hosts."""
+        PARAM's replay met the same): each host's ranks, then one rank of each pair of hosts
+        (the full plan; the screen's pairs are known a round at a time: `_ensure`)."""
         wanted = []
         if len(self.ranks[0]) > 1:
             wanted += [tuple(ranks) for ranks in self.ranks]
         leaders = [ranks[0] for ranks in self.ranks]
-        wanted += [(leaders[a], leaders[b]) for pairs in schedule.round_robin(len(self.hosts))
-                   for a, b in pairs]
+        if self.plan == "full":
+            wanted += [(leaders[a], leaders[b]) for pairs in schedule.round_robin(len(self.hosts))
+                       for a, b in pairs]
         return {ranks: torch.distributed.new_group(list(ranks), timeout=self.timeout)
                 for ranks in wanted}
+
+    def _ensure(self, pairs):
+        """The groups of `pairs` (host indices) not made yet, made by every rank in the same
+        order (pairs with an unreachable host left out: every rank knows the same ones)."""
+        for a, b in pairs:
+            if a in self.figures.unreachable or b in self.figures.unreachable:
+                continue
+            ranks = tuple(sorted((self.ranks[a][0], self.ranks[b][0])))
+            if ranks not in self.groups:
+                self.groups[ranks] = torch.distributed.new_group(list(ranks),
+                                                                 timeout=self.timeout)
 
     def _group(self, ranks):
         return self.groups[tuple(ranks)]
@@ -205,13 +241,16 @@ class Check:
                 self._record({"phase": phase, "host": self.hosts[host],
                               "ranks": self.ranks[host], **(found or {"failed": "no answer"})})
 
-    def pairs(self, rounds, phase):
+    def pairs(self, rounds, phase, controls=None, first=0):
         """Phase 2 (and 3, the retest): in each round, the pairs' latency one pair after the
         other (round trips of pairs at once wait for each other's CPU or switch port: on hosts
         that share cores they came out 20x too slow), then every pair's bandwidth at once; one
         rank of each host. A retest round is the pair retested, then its control pair (measured
-        at the same time: the yardstick of that moment)."""
-        for number, pairs in enumerate(rounds):
+        at the same time: the yardstick of that moment); `controls` (the screen's retests,
+        several a round): control pair -> the pair it is measured beside. `first`: the number of
+        the first round."""
+        for number, pairs in enumerate(rounds, first):
+            self._ensure(pairs)
             partner = next((b if a == self.my_host else a for a, b in pairs
                             if self.my_host in (a, b)), None)
             mine = self.leader and partner is not None and partner not in self.figures.unreachable
@@ -250,7 +289,12 @@ class Check:
                         found = {"round": number, "failed": f"not measured: {gone[0]} is "
                                                             "unreachable"}
                     found = found or {"round": number, "failed": "no answer"}
-                    if phase == "retest" and index:
+                    if phase == "retest" and controls is not None:
+                        if (a, b) in controls:
+                            self._take("control", a, b, found, control_for=controls[(a, b)])
+                        else:
+                            self._take(phase, a, b, found)
+                    elif phase == "retest" and index:
                         self._take("control", a, b, found, control_for=pairs[0])
                     else:
                         self._take(phase, a, b, found)
@@ -260,11 +304,15 @@ class Check:
         if "failed" not in found and {"latency_s", "forward_Bps", "backward_Bps",
                                       "both_Bps"} <= set(found):
             link = verdict.Link(found["latency_s"], found["forward_Bps"], found["backward_Bps"],
-                                found["both_Bps"])
+                                found["both_Bps"], (found.get("latency_ci_s") or [None])[0])
             if control_for is not None:
                 self.figures.controls[control_for] = link
             else:
                 (self.figures.retests if phase == "retest" else self.figures.links)[(a, b)] = link
+            if phase == "pairs":
+                self.figures.measured.append((found.get("round"), a, b, link))
+            else:
+                self.figures.retest_log.append((found.get("round"), (a, b), link, control_for))
         if control_for is not None:
             self.figures.control_of[control_for] = (a, b)
             extra = {"control_for": [self.hosts[h] for h in control_for]}
@@ -274,6 +322,28 @@ class Check:
     def _record(self, record):
         if self.writer is not None:
             self.writer.add({"type": "doctor", **record})
+
+
+def screen_rounds(check, planner):
+    """The screen's rounds, each planned on rank 0 from the last one's figures (slowest with
+    fastest) and handed to every rank through the store."""
+    last = {}
+    for number in range(len(planner)):
+        key = f"screen-round/{number}"
+        if check.comm.global_rank == 0:
+            pairs = planner.round(number, last, gone=check.figures.unreachable)
+            check.control.post(key, pairs)
+        else:
+            pairs = check.control.fetch(key, timeout=2 * check.args.timeout + 30)
+            if pairs is None:
+                raise BenchmarkError(f"rank {check.comm.global_rank}: rank 0 did not hand out "
+                                     f"round {number + 1} of the screen", rank_local=True)
+        pairs = [tuple(pair) for pair in pairs]
+        check.pairs([pairs], "pairs", first=number)
+        if check.comm.global_rank == 0:
+            for found, a, b, link in check.figures.measured:
+                if found == number:
+                    last[a] = last[b] = link.bandwidth
 
 
 def _step_words(name):
@@ -295,7 +365,8 @@ def meta(args, comm, check):
             "device": comm.device.type, "world_size": comm.world_size,
             "hostnames": comm.hostnames, "hosts": check.hosts,
             "ranks_per_host": len(check.ranks[0]), "bw_unit": args.bw_unit,
-            "doctor": {"min_fraction": args.min_fraction, "expect_gbps": args.expect_gbps,
+            "doctor": {"plan": check.plan, "rounds": args.rounds, "seed": args.seed,
+                       "topology": args.topology, "min_fraction": args.min_fraction, "expect_gbps": args.expect_gbps,
                        "expect_latency_us": args.expect_latency_us,
                        "small_bytes": args.small_bytes, "large_bytes": args.large_bytes,
                        "trials": args.trials, "warmups": args.warmups, "repeat": args.repeat,
@@ -311,43 +382,60 @@ def main(local_rank, args):
     check = Check(comm, args)
     check.writer = open_results(args, comm, lambda: meta(args, comm, check))
     hosts, per_host = len(check.hosts), len(check.ranks[0])
-    rounds = schedule.round_robin(hosts)
+    screen = check.plan == "screen"
+    planner = plan.make(check.plan, hosts, args.rounds, args.seed, check.figures.leaf)
     note(comm, f"doctor: {hosts} host{'s' if hosts > 1 else ''} x {per_host} rank"
                f"{'s' if per_host > 1 else ''}; " +
                ("within each host, then " if per_host > 1 else "") +
-               (f"{hosts * (hosts - 1) // 2} pairs of hosts in {len(rounds)} rounds"
+               ((f"the screen: {len(planner)} rounds of disjoint pairs of hosts (--seed "
+                 f"{args.seed}{', across switches' if check.topology else ''})" if screen else
+                 f"{hosts * (hosts - 1) // 2} pairs of hosts in {len(planner)} rounds")
                 if hosts > 1 else "no links between hosts to check (one host)"))
     if per_host > 1:
         check.within_hosts()
-    check.pairs(rounds, "pairs")
+    if screen:
+        screen_rounds(check, planner)
+    else:
+        check.pairs([planner.round(n) for n in range(len(planner))], "pairs")
     # The verdict's first pass on rank 0; the suspects' retests, which every rank runs.
     judgement = None
-    plan = {"intra": False, "pairs": []}
+    retests = {"intra": False, "pairs": [], "controls": None}
     if comm.global_rank == 0:
-        judgement = verdict.first_pass(check.figures)
+        judgement = (fleet if screen else verdict).first_pass(check.figures)
         if args.retest:
-            # One pair at a time (few pairs: the suspects'), each beside a control pair of good
-            # hosts measured at the same time where there are hosts for one: a second opinion
-            # with its own yardstick of that moment (a busy machine slows the control too).
-            plan = {"intra": any(f.kind == "host" and f.intra for f in judgement.suspects),
-                    "pairs": verdict.retest_rounds(check.figures, judgement, args.retest)}
-        check.control.post("retest-plan", plan)
+            # Each suspect beside a control pair of good hosts measured at the same time where
+            # there are hosts for one: a second opinion with its own yardstick of that moment
+            # (a busy machine slows the control too). The full plan: one pair at a time (few
+            # pairs: the suspects'); the screen: as many at once as are disjoint.
+            retests["intra"] = any(f.kind == "host" and f.intra for f in judgement.suspects)
+            if screen:
+                rounds, controls = fleet.retest_plan(check.figures, judgement, args.retest)
+                retests["pairs"] = rounds
+                retests["controls"] = [[list(c), list(p)] for c, p in controls.items()]
+            else:
+                retests["pairs"] = verdict.retest_rounds(check.figures, judgement, args.retest)
+        check.control.post("retest-plan", retests)
     else:
-        plan = check.control.fetch("retest-plan", timeout=2 * args.timeout + 30) or plan
-    if plan["intra"]:
+        retests = check.control.fetch("retest-plan", timeout=2 * args.timeout + 30) or retests
+    if retests["intra"]:
         check.within_hosts("intra-retest")
-    rounds = [[tuple(pair) for pair in pairs] for pairs in plan["pairs"]]
+    rounds = [[tuple(pair) for pair in pairs] for pairs in retests["pairs"]]
+    controls = None if retests.get("controls") is None else \
+        {tuple(c): tuple(p) for c, p in retests["controls"]}
     if rounds:
-        check.pairs(rounds, "retest")
+        check.pairs(rounds, "retest", controls=controls, first=len(planner) if screen else 0)
     status = 0
     if comm.global_rank == 0:
-        verdict.confirm(check.figures, judgement)
+        (fleet if screen else verdict).confirm(check.figures, judgement)
         for line in render.report(check.figures, judgement, per_host):
             emit(sys.stdout, line)
         for line in render.findings(check.figures, judgement):
             emit(sys.stderr, f"commbench: {line}")
         final = render.verdict_record(check.figures, judgement)
         final["seconds"] = time.monotonic() - started
+        if args.baseline:  # each against its own past (doctor/baseline.py)
+            from . import baseline
+            final["baseline"] = baseline.report(args.baseline, check.figures, final, args.tag)
         if check.writer is not None:
             check.writer.add(final)
             check.writer.close()

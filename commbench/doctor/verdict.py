@@ -11,7 +11,10 @@ machine slows the control too: a suspect only as slow as its control is noise).
 A figure is an outlier when it is beyond `fraction` of its peers' median (the threshold a user
 sets: --min-fraction) and, with 5 peers or more, also three robust standard deviations
 (1.4826 MAD) from it (so that among peers that spread widely, ordinary spread is not a finding;
-the MAD of fewer values says little: two peers 8 and 14 Gbps would excuse anything)."""
+the MAD of fewer values says little: two peers 8 and 14 Gbps would excuse anything). A link's
+latency is out of line only when the low end of its 95% interval is too: a window of
+descheduled round trips (835 us, its interval 0-2310 us, beside links of 249 and 198 us) is
+noise, not a slow link."""
 
 import statistics
 from dataclasses import dataclass, field
@@ -29,6 +32,7 @@ class Link:
     forward_Bps: float = None  # the lower host to the higher
     backward_Bps: float = None
     both_Bps: float = None  # both directions at once, both counted
+    latency_low_s: float = None  # the low end of the latency's 95% interval (None: not known)
 
     @property
     def bandwidth(self):
@@ -52,6 +56,8 @@ class Finding:
     retested: bool = False
     intra: bool = False  # a host found slow among its own ranks (retested the same way)
     measure: str = ""  # what condemned it: "bandwidth" or "latency" ("" for unreachable)
+    switch: str = ""  # a switch finding's switch (its hosts: `hosts`)
+    pairs: list = field(default_factory=list)  # the screen's retests of it
 
 
 @dataclass
@@ -106,6 +112,11 @@ class Figures:
         self.control_of = {}  # (i, j) retested -> (k, l), its control pair
         self.unreachable = set()
         self.unreachable_why = {}  # host -> why it is taken as unreachable
+        self.measured = []  # (round, i, j, Link) of every pair measured, in order (the screen)
+        self.leaf = None  # each host's switch (an index into switch_names), with a topology
+        self.switch_names = []
+        self.retest_log = []  # (round, pair, Link, control_for or None): each retest kept
+        self.full = True  # every pair measured (the full plan); False: the screen's pairs
 
     def bw(self, value):
         scale, label = (8e-9, "Gbps") if self.unit == "Gbps" else (1e-9, "GB/s")
@@ -136,13 +147,12 @@ class Figures:
                 statistics.median(lats) if lats else None)
 
 
-def first_pass(figures):
-    """Suspect hosts and links from the first round of measurements."""
-    judgement = Judgement()
+def intra_suspects(figures):
+    """{host: (why, measure)} of hosts slow among their own ranks against the other hosts'
+    (every plan's within-host phase)."""
     fraction = figures.fraction
     reachable = [h for h in range(len(figures.names)) if h not in figures.unreachable]
     suspect_hosts = {}
-    # A host against the others: its own ranks together, then its links' medians.
     intra = {h: figures.hosts[h] for h in reachable if h in figures.hosts}
     for h, host in intra.items():
         others = [o for k, o in intra.items() if k != h]
@@ -161,6 +171,16 @@ def first_pass(figures):
             suspect_hosts[h] = (f"its ranks' all_reduce bus bandwidth {figures.bw(host.busbw_Bps)}"
                                 f" is below the {figures.bw(figures.expect_Bps)} expected",
                                 "bandwidth")
+    return suspect_hosts
+
+
+def first_pass(figures):
+    """Suspect hosts and links from the first round of measurements."""
+    judgement = Judgement()
+    fraction = figures.fraction
+    reachable = [h for h in range(len(figures.names)) if h not in figures.unreachable]
+    # A host against the others: its own ranks together, then its links' medians.
+    suspect_hosts = intra_suspects(figures)
     scores = {h: figures.host_link_figures(h) for h in reachable}
     for h in reachable:
         if h in suspect_hosts:
@@ -213,7 +233,9 @@ def _link_outlier(figures, i, j, link):
         return "bandwidth", (f"{figures.bw(bw)}, {bw / a:.2f}x the median of "
                              f"{figures.names[i]}'s other links ({figures.bw(a)}) and "
                              f"{bw / b:.2f}x {figures.names[j]}'s ({figures.bw(b)})"), False
-    if all(refs_lat) and all(high(lat, ref, fraction) for ref in refs_lat):
+    sure = link.latency_low_s is None or all(high(link.latency_low_s, ref, fraction)
+                                             for ref in refs_lat)
+    if all(refs_lat) and all(high(lat, ref, fraction) for ref in refs_lat) and sure:
         a, b = (statistics.median(ref) for ref in refs_lat)
         return "latency", (f"latency {figures.us(lat)}, {lat / a:.1f}x the median of "
                            f"{figures.names[i]}'s other links ({figures.us(a)}) and "
@@ -293,7 +315,7 @@ def retest_rounds(figures, judgement, per_host=2):
     return rounds
 
 
-def _confirm_intra(figures, judgement, finding):
+def confirm_intra(figures, judgement, finding):
     """A host slow among its own ranks: the within-host phase ran again (every host at once);
     kept when it is still an outlier there."""
     (h,) = finding.hosts
@@ -351,7 +373,7 @@ def confirm(figures, judgement):
     fraction = figures.fraction
     for finding in judgement.suspects:
         if finding.kind == "host" and finding.intra:
-            _confirm_intra(figures, judgement, finding)
+            confirm_intra(figures, judgement, finding)
         elif finding.kind == "host":
             (h,) = finding.hosts
             retested = [(min(h, g), max(h, g)) for g in partners(figures, judgement, h)

@@ -8,6 +8,9 @@
   python report.py strategy RESULTS --params 7B [--world-size N] [--gpu-mem 80] ...
   python report.py strategy RESULTS --measured RUNS [--plot strategies.png]
   python report.py buckets RESULTS --grad-mb G [--backward-ms T] [--plot buckets.png]
+  python report.py trials RUN [--spike-factor 2] [--plot trials.png]   (a run of --per-trial)
+  python report.py import FILES --db URL [--tag T]   (results files into the results database)
+  python report.py history --db URL [--tag T] [--op OP] [--since DATE] [--plot trend.png]
 
 A and B are result files of `--output` (.jsonl, .json, .csv), saved stdout of the suite
 (a tee'd table, --raw or not, several ops in one file), or nccl-tests text output.
@@ -19,7 +22,8 @@ import sys
 from commbench import caches
 from commbench.flags import Parser, prog
 from commbench.numbers import byte_count, float_in, int_at_least
-from commbench.report import buckets, doctor, html, measured, replays, strategy
+from commbench.report import buckets, doctor, history, html, measured, replays, strategy
+from commbench.report import trials
 from commbench.report.compare import compare, layouts, render, render_layouts
 from commbench.report.plot import plot
 from commbench.report.runs import ReportError, load_run
@@ -55,9 +59,8 @@ def main(argv=None):
         return 0
 
 
-def _main(argv=None):
-    parser = _Parser(prog=prog(PROG), description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+def _compare_flags(commands):
+    """report.py compare A [B]: two runs size by size, or one run's layouts."""
     cmp = commands.add_parser("compare", help="compare two runs size by size (or, given one run of "
                                               "--groups, its layouts side by side)")
     cmp.add_argument("a")
@@ -68,16 +71,35 @@ def _main(argv=None):
                      help="with --repeat runs: a significant change smaller than this is called "
                           "noise (default %(default)s)")
     cmp.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    cmp.add_argument("--db", metavar="URL",
+                     help="two single runs: judge them against the run-to-run spread of the "
+                          "database's runs of the same configuration (docs/history.md)")
+
+
+def _html_flags(commands):
+    """report.py html RUNS: one self-contained page."""
     page = commands.add_parser("html", help="one self-contained page of runs: what ran, tables, "
                                             "curves, verdicts (docs/report.md)")
-    page.add_argument("runs", nargs="+", help="results files, saved tables, doctor.py, "
+    page.add_argument("runs", nargs="*", help="results files, saved tables, doctor.py, "
                                               "parallel_bench.py or replay.py runs")
     page.add_argument("-o", "--output", default="report.html",
                       help="the page (default %(default)s)")
+    page.add_argument("--db", metavar="URL",
+                      help="a history section: report.py history's trends of this results "
+                           "database, with their plot (docs/history.md)")
+    page.add_argument("--tag", help="with --db: only the runs of this --tag")
+
+
+def _plot_flags(commands):
+    """report.py plot RUNS: the curves (a doctor.py run: its heat map)."""
     drawing = commands.add_parser("plot", help="bus bandwidth and latency curves of runs")
     drawing.add_argument("runs", nargs="+")
     drawing.add_argument("-o", "--output", default="curves.png",
                          help="PNG, or SVG/PDF by extension (default %(default)s)")
+
+
+def _strategy_flags(commands):
+    """report.py strategy RESULTS: the parallel strategies the network affords."""
     plan = commands.add_parser("strategy", help="which parallel strategy the measured network "
                                                 "affords for a model")
     plan.add_argument("results", help="a run of the suite (results file or saved table)")
@@ -112,6 +134,10 @@ def _main(argv=None):
                       help="DeepSpeed's reduce_bucket_size / allgather_bucket_size for ZeRO-1/2 "
                            "(default 5e8)")
     plan.add_argument("--format", choices=("markdown", "json"), default="markdown")
+
+
+def _buckets_flags(commands):
+    """report.py buckets RESULTS: the gradient bucket size to use."""
     bucket = commands.add_parser("buckets", help="which gradient bucket size to use, from a "
                                                  "measured all_reduce curve")
     bucket.add_argument("results", help="a results file with an all_reduce --scan (with "
@@ -124,43 +150,147 @@ def _main(argv=None):
                         help="the smallest bucket size to consider (8K, 1M, ...; default 1M, "
                              "DDP's smallest bucket, or a 16th of the gradients below 16 MiB)")
     bucket.add_argument("--plot", metavar="PATH", help="also draw both curves to PATH (PNG)")
-    args = parser.parse_args(argv)
+
+
+def _trials_flags(commands):
+    """report.py trials RUN: a --per-trial run trial by trial."""
+    per_trial = commands.add_parser("trials", help="a --per-trial run trial by trial: the first "
+                                                   "trial, spikes and their period, stragglers, "
+                                                   "drift (docs/trials.md)")
+    per_trial.add_argument("run", help="a results file of a run with --per-trial")
+    per_trial.add_argument("--spike-factor", type=float_in(1, 1e6, "a factor above 1"),
+                           default=2.0, help="a spike: a trial over this many times the steady "
+                                             "median (default %(default)s)")
+    per_trial.add_argument("--plot", metavar="PATH",
+                           help="also draw trial time against trial number per rank to PATH")
+
+
+def _import_flags(commands):
+    """report.py import FILES: results files into the database."""
+    loading = commands.add_parser("import", help="load results files written before into the "
+                                                 "results database (docs/history.md)")
+    loading.add_argument("files", nargs="+", help="results files (.jsonl, .json, .csv)")
+    loading.add_argument("--db", metavar="URL", help="an SQLite path or postgresql://... "
+                                                     "(default: $COMMBENCH_DB)")
+    loading.add_argument("--tag", metavar="TAG", help="the runs' tag (the cluster, the experiment)")
+
+
+def _history_flags(commands):
+    """report.py history: each series run by run, and where it changed."""
+    trend = commands.add_parser("history", help="each op's figure run by run from the results "
+                                                "database, and where it changed")
+    trend.add_argument("--db", metavar="URL", help="an SQLite path or postgresql://... "
+                                                   "(default: $COMMBENCH_DB)")
+    trend.add_argument("--tag", metavar="TAG", help="only the runs of this --tag")
+    trend.add_argument("--op", action="append", metavar="OP",
+                       help="only this op (again for more)")
+    trend.add_argument("--since", metavar="DATE",
+                       help="only runs started at or after DATE (2026-12-01, 2026-12-01T08:00)")
+    trend.add_argument("--last", type=_at_least_0, default=20, metavar="N",
+                       help="print the last N runs of each series (0: all; default %(default)s); "
+                            "the verdict weighs them all")
+    trend.add_argument("--plot", metavar="PATH", help="draw the trends, changes marked, to PATH")
+    trend.add_argument("--format", choices=("text", "json"), default="text")
+
+
+def parser():
+    """report.py's parser: a subcommand each (_<command>_flags)."""
+    made = _Parser(prog=prog(PROG), description=__doc__.split("\n")[0])
+    commands = made.add_subparsers(dest="command", required=True)
+    for flags in (_compare_flags, _html_flags, _plot_flags, _strategy_flags, _buckets_flags,
+                  _trials_flags, _import_flags, _history_flags):
+        flags(commands)
+    return made
+
+
+def _run_trials(args):
+    sizes = trials.analyse(args.run, args.spike_factor)
+    print(trials.render(sizes))
+    if args.plot:
+        trials.plot(sizes, args.plot)
+        print(f"{PROG}: wrote {args.plot}", file=sys.stderr)
+
+
+def _run_import(args):
+    count = history.import_files(args.files, args.db, args.tag)
+    print(f"{PROG}: imported {count} run{'' if count == 1 else 's'}", file=sys.stderr)
+
+
+def _run_buckets(args):
+    advice = buckets.advise(args.results, args.grad_mb, args.backward_ms, args.min_bucket)
+    print(buckets.render(advice))
+    if args.plot:
+        buckets.plot(advice, args.plot)
+        print(f"{PROG}: wrote {args.plot}", file=sys.stderr)
+
+
+def _run_html(args):
+    written = html.write(args.runs, args.output, db=args.db, tag=args.tag)
+    print(f"{PROG}: wrote {args.output} ({written / 1024:.0f} KiB)", file=sys.stderr)
+
+
+def _run_compare(args):
+    """Two runs (or two replays) size by size; one run of --groups: its layouts."""
+    if args.b is None:
+        try:
+            print(render_layouts(layouts(load_run(args.a)), args.format))
+        except ValueError as error:
+            raise ReportError(str(error)) from None
+    elif replays.is_replay(args.a):
+        if not replays.is_replay(args.b):
+            raise ReportError(f"{args.a} is a replay (replay.py --output) and {args.b} is "
+                              "not: compare two replays of one trace")
+        print(replays.render(replays.compare(args.a, args.b, args.noise_threshold / 100),
+                             args.format))
+    else:
+        report = compare(load_run(args.a), load_run(args.b), args.threshold,
+                         args.noise_threshold / 100)
+        if not report["repeated"]:
+            report = _single_runs(report, args)
+        print(render(report, args.format))
+
+
+def _run_plot(args):
+    if len(args.runs) == 1 and doctor.is_doctor_run(args.runs[0]):
+        doctor.heatmap(args.runs[0], args.output)
+    else:
+        plot([load_run(path) for path in args.runs], args.output)
+    print(f"{PROG}: wrote {args.output}", file=sys.stderr)
+
+
+RUNS = {"compare": _run_compare, "html": _run_html, "plot": _run_plot,
+        "strategy": lambda args: print(_strategy(args)), "buckets": _run_buckets,
+        "trials": _run_trials, "import": _run_import, "history": lambda args: history.show(args)}
+
+
+def _main(argv=None):
+    made = parser()
+    args = made.parse_args(argv)
+    if args.command == "html" and not args.runs and not args.db:
+        made.error("html: give results files, --db URL, or both")
     try:
-        if args.command == "strategy":
-            print(_strategy(args))
-        elif args.command == "buckets":
-            advice = buckets.advise(args.results, args.grad_mb, args.backward_ms, args.min_bucket)
-            print(buckets.render(advice))
-            if args.plot:
-                buckets.plot(advice, args.plot)
-                print(f"{PROG}: wrote {args.plot}", file=sys.stderr)
-        elif args.command == "compare" and args.b is None:
-            try:
-                print(render_layouts(layouts(load_run(args.a)), args.format))
-            except ValueError as error:
-                raise ReportError(str(error)) from None
-        elif args.command == "html":
-            written = html.write(args.runs, args.output)
-            print(f"{PROG}: wrote {args.output} ({written / 1024:.0f} KiB)", file=sys.stderr)
-        elif args.command == "compare" and replays.is_replay(args.a):
-            if not replays.is_replay(args.b):
-                raise ReportError(f"{args.a} is a replay (replay.py --output) and {args.b} is "
-                                  "not: compare two replays of one trace")
-            print(replays.render(replays.compare(args.a, args.b, args.noise_threshold / 100),
-                                 args.format))
-        elif args.command == "compare":
-            print(render(compare(load_run(args.a), load_run(args.b), args.threshold,
-                                 args.noise_threshold / 100), args.format))
-        elif len(args.runs) == 1 and doctor.is_doctor_run(args.runs[0]):
-            doctor.heatmap(args.runs[0], args.output)
-            print(f"{PROG}: wrote {args.output}", file=sys.stderr)
-        else:
-            plot([load_run(path) for path in args.runs], args.output)
-            print(f"{PROG}: wrote {args.output}", file=sys.stderr)
+        RUNS[args.command](args)
     except (ReportError, strategy.StrategyError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _single_runs(report, args):
+    """Two runs of one window each: against the database's run-to-run spread with --db, else
+    said that it is unknown."""
+    if not args.db:
+        report["warnings"].append("one run each: differences under the run-to-run spread are "
+                                  "unknown here and cannot be told apart (give --db with earlier "
+                                  "runs of this command: docs/history.md)")
+        return report
+    from commbench import results
+    try:
+        meta = results.read_all(args.a)[0]
+    except (OSError, ValueError, KeyError, results.ResultsError):
+        raise ReportError(f"--db: {args.a} is no results file (--output) that says its "
+                          "configuration") from None
+    return history.with_run_to_run(report, history.run_to_run(args.db, meta))
 
 
 def _strategy(args):

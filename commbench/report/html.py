@@ -29,7 +29,7 @@ import time
 
 from .. import results
 from . import compare as comparing
-from . import doctor, replays
+from . import doctor, replays, trials
 from .runs import ReportError, bandwidth, bandwidth_label, load_run, op_order, record_key
 
 TEMPLATE = os.path.join(os.path.dirname(__file__), "report.html.j2")
@@ -242,6 +242,8 @@ def suite_section(path, meta, records, run):
             section["layouts"] = comparing.layouts(run)
         except ValueError:
             pass
+    if any("per_trial" in r for r in records):  # --per-trial: report.py trials' text
+        section["trials"] = trials.render(trials.analyse(path))
     return section
 
 
@@ -326,7 +328,7 @@ def replay_section(path):
 def _complete(section):
     """Every key the template reads, on every section."""
     return {"warnings": [], "tables": {}, "layouts": None, "verdict": [],
-            "figure": None, **section}
+            "figure": None, "trials": None, **section}
 
 
 def section_of(path):
@@ -425,7 +427,25 @@ def comparisons(runs):
     return found
 
 
-def render(paths):
+def history_section(where, tag=None):
+    """report.py history's trends of the database at `where` (--tag's runs), with its plot."""
+    from ..db import history as series_of
+    from . import history
+    store = history._open(where)
+    try:
+        found = series_of.judge(series_of.load(store, tag, None, None))
+        shown_where = store.where
+    finally:
+        store.close()
+    return {"where": shown_where, "tag": tag, "figure": svg(
+        lambda path: history.plot(found, path)) if found else None,
+        "series": [{"title": history.title(s), "verdict": history.verdict(s),
+                    "changed": {c.at for c in s.changes},
+                    "rows": [(s.runs[i], s.started[i], history.figure(s, s.values[i]), s.values[i])
+                             for i in range(len(s.values))]} for s in found]}
+
+
+def render(paths, db=None, tag=None):
     import jinja2
     sections, runs = [], []
     for path in paths:
@@ -443,14 +463,15 @@ def render(paths):
     page = environment.get_template(os.path.basename(TEMPLATE)).render(
         generated=time.strftime("%Y-%m-%d %H:%M:%S %z"), paths=paths, sections=sections,
         comparisons=comparisons(runs) if len(runs) > 1 else [], headlines=headlines(runs),
-        curves=drawn, few_sizes=FEW_SIZES, legend=LEGEND)
+        curves=drawn, few_sizes=FEW_SIZES, legend=LEGEND,
+        history=history_section(db, tag) if db else None)
     return page
 
 
-def write(paths, output):
-    """The page for `paths`, written whole to `output` (a temporary file renamed), or one
-    ReportError line and nothing left behind."""
-    page = render(paths)
+def write(paths, output, db=None, tag=None):
+    """The page for `paths` (and --db's history), written whole to `output` (a temporary file
+    renamed), or one ReportError line and nothing left behind."""
+    page = render(paths, db, tag)
     folder = os.path.dirname(os.path.abspath(output))
     try:
         handle, temporary = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=folder)

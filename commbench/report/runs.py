@@ -69,6 +69,9 @@ def load_run(path):
         kind = results.output_format(path)
     except results.ResultsError:
         kind = None
+    logged = deepspeed_logger(text)
+    if logged is not None:
+        return _from_deepspeed_logger(path, logged)
     not_ours = what_it_is(text)
     if not_ours:
         raise ReportError(f"{path}: {not_ours}")
@@ -301,4 +304,80 @@ def _from_nccl_tests(path, text):
         run.ops.setdefault(op, {})[size] = Measurement(size, time_us * 1e-6, busbw_gbs * 1e9)
     if not run.ops:
         raise ReportError(f"{path}: no nccl-tests data rows found")
+    return run
+
+
+# ------------------------------------------------------------------ DeepSpeed's comms logger
+
+# deepspeed.comm's logged functions -> the suite's ops (as commbench/trace/dscomms.py)
+DEEPSPEED_OPS = {
+    "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce",
+    "inference_all_reduce": "all_reduce", "all_gather": "all_gather",
+    "all_gather_into_tensor": "all_gather", "all_gather_base": "all_gather",
+    "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_base": "reduce_scatter", "all_to_all_single": "all_to_all",
+    "all_to_all": "all_to_all", "broadcast": "broadcast", "reduce": "reduce",
+    "send": "pt2pt", "recv": "pt2pt", "isend": "pt2pt", "irecv": "pt2pt",
+}
+DEEPSPEED_SKIPPED = ("barrier", "monitored_barrier", "log_summary_barrier")
+
+
+def deepspeed_logger(text):
+    """The dictionary of DeepSpeed's log_summary(return_dict=True) (or get_raw_data()) saved as
+    JSON, or None."""
+    head = text.lstrip()[:1]
+    if head != "{":
+        return None
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(document, dict) and isinstance(document.get("summary"), dict) and \
+            isinstance(document.get("metadata"), dict):
+        return document
+    if isinstance(document, dict) and document and all(
+            isinstance(sizes, dict) and sizes and all(
+                isinstance(v, list) and len(v) == 4 and isinstance(v[0], int)
+                for v in sizes.values()) for sizes in document.values()):
+        return {"raw": document}
+    return None
+
+
+def _suite_busbw(op, size, seconds, n):
+    """The suite's BusBW (SPEC 3) in bytes/s for `size` bytes of `op` in `seconds`."""
+    factor = {"all_reduce": 2 * (n - 1) / n, "all_gather": n * (n - 1) / n,
+              "all_to_all": (n - 1) / n, "reduce_scatter": (n - 1) / n}.get(op, 1.0)
+    return size / seconds * factor
+
+
+def _from_deepspeed_logger(path, document):
+    """One rank's log_summary: per op and size DeepSpeed's mean latency (its trimmed mean),
+    the busbw recomputed by the suite's formulas (DeepSpeed's own differs for reduce_scatter,
+    whose size it multiplies by n); barriers left out (no size)."""
+    if "raw" in document:
+        raise ReportError(f"{path}: DeepSpeed's get_raw_data() keeps no world size: save "
+                          "log_summary(return_dict=True) for report.py (replay.py reads both)")
+    n = document["metadata"].get("world_size")
+    if not isinstance(n, int) or n < 1:
+        raise ReportError(f"{path}: DeepSpeed comms logger summary without a world size")
+    run = Run(path, f"DeepSpeed comms logger n={n}", n)
+    for name, sizes in document["summary"].items():
+        base = str(name).split(" | ", 1)[0].strip()
+        if base in DEEPSPEED_SKIPPED:
+            continue
+        op = DEEPSPEED_OPS.get(base)
+        if op is None:
+            raise ReportError(f"{path}: op {name!r}: not an op DeepSpeed's comms logger logs")
+        for size_key, figures in (sizes or {}).items():
+            try:
+                size, latency = int(size_key), float(figures["avg_latency_ms"]) / 1e3
+            except (KeyError, TypeError, ValueError):
+                raise ReportError(f"{path}: {name} of {size_key!r} B: no size and average "
+                                  "latency") from None
+            if size <= 0 or latency <= 0:
+                continue
+            run.ops.setdefault(op, {})[size] = Measurement(size, latency,
+                                                           _suite_busbw(op, size, latency, n))
+    if not run.ops:
+        raise ReportError(f"{path}: DeepSpeed comms logger summary with no op of a size")
     return run

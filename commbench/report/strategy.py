@@ -89,6 +89,15 @@ class Workload:
     element_size: int = 2  # bytes of a weight, gradient or activation element (fp16/bf16: 2)
     # DeepSpeed's reduce_bucket_size / allgather_bucket_size (elements; its default 5e8)
     zero_bucket_elements: float = 5e8
+    # ZeRO-1/2's all_gather of the updated partitions, in messages of this many elements (None:
+    # zero_bucket_elements; DeepSpeed 0.19.8 gathers each partition in one all_gather_into_tensor
+    # whatever allgather_bucket_size says, which infinity stands for)
+    allgather_bucket_elements: float = None
+    # ZeRO-3's reduce_scatter in messages of this many bytes (None: prefetch_bytes)
+    reduce_scatter_bytes: float = None
+    # ZeRO-3: parameters still gathered at the turn from forward to backward, not gathered again
+    # in backward (DeepSpeed keeps a parameter whose next use is within stage3_max_reuse_distance)
+    stage3_kept_elements: float = 0
     # DeepSpeed's stage3_max_live_parameters (elements; its default 1e9): a model within it
     # keeps its gathered parameters from forward to backward, with no re-gather
     stage3_max_live: float = 1e9
@@ -162,7 +171,9 @@ def plans(w):
     per_rank = (lambda b: b / n)  # all_gather's Size is the input of one rank
     zero_bucket = w.zero_bucket_elements * w.element_size
     m = w.micro_batches  # gradient accumulation steps
-    gathered = _bucketed("all_gather", gradients, zero_bucket, n, ring, per_rank)
+    gather_bucket = zero_bucket if w.allgather_bucket_elements is None else \
+        w.allgather_bucket_elements * w.element_size
+    gathered = _bucketed("all_gather", gradients, gather_bucket, n, ring, per_rank)
     gathers = 2 if w.regathers else 1
     result = [
         Plan("DDP", states * p, _bucketed("all_reduce", gradients, w.bucket_bytes, n, 2 * ring, whole)),
@@ -176,8 +187,11 @@ def plans(w):
              note=f"DeepSpeed: all_reduce of the gradients in each of {m} micro-batch(es), "
                   "all_gather of the updated parameters"),
         Plan("ZeRO-3", states * p / n,
-             _bucketed("all_gather", m * gathers * gradients, w.prefetch_bytes, n, ring, per_rank)
-             + _bucketed("reduce_scatter", m * gradients, w.prefetch_bytes, n, ring, whole),
+             _bucketed("all_gather", m * (gathers * gradients - (
+                 w.stage3_kept_elements * w.element_size if w.regathers else 0)),
+                 w.prefetch_bytes, n, ring, per_rank)
+             + _bucketed("reduce_scatter", m * gradients, w.reduce_scatter_bytes or w.prefetch_bytes,
+                         n, ring, whole),
              note="parameters gathered in forward" + (" and again in backward" if w.regathers
                                                       else " only (kept for backward)")
                   + f", gradients reduce-scattered, in each of {m} micro-batch(es)"),

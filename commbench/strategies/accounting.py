@@ -33,62 +33,13 @@ import torch
 import torch.distributed
 import torch.distributed.distributed_c10d as c10d
 
-# torch.distributed function -> the suite's op name.
-OP_NAMES = {
-    "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce",
-    "all_gather": "all_gather", "all_gather_into_tensor": "all_gather",
-    "all_gather_single": "all_gather", "_all_gather_base": "all_gather",
-    "all_gather_coalesced": "all_gather",
-    "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
-    "reduce_scatter_single": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
-    "broadcast": "broadcast", "reduce": "reduce",
-    "all_to_all_single": "all_to_all", "all_to_all": "all_to_all",
-    "gather": "gather", "scatter": "scatter",
-    "send": "pt2pt", "recv": "pt2pt", "isend": "pt2pt", "irecv": "pt2pt",
-    "batch_isend_irecv": "pt2pt",
-    "barrier": "barrier", "monitored_barrier": "barrier",
-}
+from ..trace.calls import FUNCTIONS
+
+# torch.distributed function -> the suite's op name (each function described once: trace.calls).
+OP_NAMES = {name: function.op for name, function in FUNCTIONS.items()}
 # The ops in the order tables and records list them.
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",
        "gather", "scatter", "pt2pt", "barrier")
-ALWAYS_ASYNC = ("isend", "irecv", "batch_isend_irecv")
-
-
-def _bytes(tensor):
-    return tensor.numel() * tensor.element_size() if isinstance(tensor, torch.Tensor) else 0
-
-
-def _total(tensors):
-    return sum(_bytes(t) for t in tensors or ())
-
-
-# The bytes of one call from its bound arguments, by function.
-_SIZE = {
-    "all_reduce": lambda a: _bytes(a["tensor"]),
-    "all_reduce_coalesced": lambda a: _total(a["tensors"]),
-    "all_gather": lambda a: _bytes(a["tensor"]),
-    "all_gather_into_tensor": lambda a: _bytes(a["input_tensor"]),
-    "all_gather_single": lambda a: _bytes(a["input_tensor"]),
-    "_all_gather_base": lambda a: _bytes(a["input_tensor"]),
-    "all_gather_coalesced": lambda a: _total(a["input_tensor_list"]),
-    "reduce_scatter": lambda a: _total(a["input_list"]),
-    "reduce_scatter_tensor": lambda a: _bytes(a["input"]),
-    "reduce_scatter_single": lambda a: _bytes(a["input"]),
-    "_reduce_scatter_base": lambda a: _bytes(a["input"]),
-    "broadcast": lambda a: _bytes(a["tensor"]),
-    "reduce": lambda a: _bytes(a["tensor"]),
-    "all_to_all_single": lambda a: _bytes(a["input"]),
-    "all_to_all": lambda a: _total(a["input_tensor_list"]),
-    "gather": lambda a: _bytes(a["tensor"]),
-    "scatter": lambda a: _bytes(a["tensor"]),
-    "send": lambda a: _bytes(a["tensor"]),
-    "recv": lambda a: _bytes(a["tensor"]),
-    "isend": lambda a: _bytes(a["tensor"]),
-    "irecv": lambda a: _bytes(a["tensor"]),
-    "batch_isend_irecv": lambda a: sum(_bytes(op.tensor) for op in a["p2p_op_list"]),
-    "barrier": lambda a: 0,
-    "monitored_barrier": lambda a: 0,
-}
 
 
 class StepCounts:
@@ -210,6 +161,11 @@ class Recorder:
     def begin_step(self):
         self._current = StepCounts()
 
+    def calls_in_step(self):
+        """The calls of the step under way counted so far (read at a timeout)."""
+        counts = self._current
+        return sum(entry[0] for entry in counts.ops.values()) if counts is not None else 0
+
     def end_step(self):
         with self.lock:
             self.steps.append(self._current)
@@ -227,7 +183,8 @@ class Recorder:
     # -- the wrapper
 
     def _wrap(self, name, original):
-        op, size = OP_NAMES[name], _SIZE[name]
+        function = FUNCTIONS[name]
+        op, size = function.op, function.nbytes
         signature = inspect.signature(original)
         recorder, local = self, self._local
 
@@ -238,7 +195,7 @@ class Recorder:
             try:
                 bound = signature.bind(*args, **kwargs)
                 nbytes = size(bound.arguments)
-                asynchronous = name in ALWAYS_ASYNC or bool(bound.arguments.get("async_op"))
+                asynchronous = function.always_async or bool(bound.arguments.get("async_op"))
             except (TypeError, KeyError):  # a call torch itself will refuse: let it say why
                 return original(*args, **kwargs)
             tracer = recorder.tracer

@@ -22,18 +22,21 @@ from dataclasses import dataclass
 import torch
 import torch.distributed
 
+from .. import whereabouts
+from ..cli import add_store_flags
 from ..comm import init_comm
 from ..errors import BenchmarkError, UsageError
 from ..flags import UsageParser, prog
-from ..guard import agree_to_go_on
+from ..guard import agree_to_go_on, stall_deadline
 from ..harness import exit_without_finalising, guarded
 from ..memory import read_field
 from ..numbers import float_in, int_at_least
 from ..table import note
 from ..trace.capture import Tracer
+from . import dsconfig, sweep
 from .accounting import OPS, Recorder
 from .model import ModelConfig
-from .output import open_output, report
+from .output import open_output, report, report_sweep
 from .train import ORDER, STRATEGIES, import_deepspeed, optimizer_config
 
 # ------------------------------------------------------------------------------------- flags
@@ -64,8 +67,9 @@ def parser():
                             "and measure step time, memory and the communication of a step.")
     p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
                    help="set by launchers; default: from the launcher's environment")
-    p.add_argument("--strategy", type=strategy_list, default=list(ORDER),
-                   help="ddp, zero1, zero2, zero3, tp, pp, a comma list, or all (default)")
+    p.add_argument("--strategy", type=strategy_list, default=None,
+                   help="ddp, zero1, zero2, zero3, tp, pp, a comma list, or all (default; with "
+                        "--ds-config: the stage the file names)")
     p.add_argument("--hidden", type=_positive, default=256,
                    help="model width (default %(default)s)")
     p.add_argument("--layers", type=_positive, default=4, help="blocks (default %(default)s)")
@@ -91,11 +95,21 @@ def parser():
     p.add_argument("--stage3-live", type=_positive, default=100_000, metavar="PARAMS",
                    help="zero3: stage3_max_live_parameters, stage3_max_reuse_distance and "
                         "stage3_prefetch_bucket_size (default %(default)s)")
+    p.add_argument("--ds-config", default=None, metavar="FILE",
+                   help="your DeepSpeed config (JSON, as deepspeed.initialize takes it): its "
+                        "zero_optimization stage, buckets, overlap_comm, prefetch and live limits, "
+                        "bf16, gradient_accumulation_steps and train_micro_batch_size_per_gpu "
+                        "drive the ZeRO strategy it names (docs/strategies.md)")
+    p.add_argument("--ds-config-sweep", default=None, metavar="KEY=V1,V2,...",
+                   help="with --ds-config: the same job once per value of one key (dotted, e.g. "
+                        "zero_optimization.reduce_bucket_size=5e6,5e7,5e8), one row each, the "
+                        "best named against the file's own value")
     p.add_argument("--malloc-mmap-threshold", type=_at_least_zero, default=None, metavar="BYTES",
                    help="fix glibc's mmap threshold (mallopt M_MMAP_THRESHOLD): resident memory "
                         "stops growing from step to step (ZeRO-3), allocations get slower; "
                         "default: MALLOC_MMAP_THRESHOLD_ if set, else glibc's dynamic threshold")
     p.add_argument("--output", default=None, metavar="PATH", help="JSON lines, by rank 0")
+    add_store_flags(p)
     p.add_argument("--trace", default=None, metavar="DIR",
                    help="record the measured steps' communication, call by call, into "
                         "DIR/<strategy>/rank<R>.json, for replay.py (docs/replay.md)")
@@ -227,6 +241,10 @@ class Run:
     writer: object = None
     malloc: dict = None
     header_printed: bool = False
+    user: object = None  # dsconfig.UserConfig with --ds-config
+    ds_variant: dict = None  # the config deepspeed.initialize gets for the strategy measured now
+    ds_label: str = None  # the sweep's value of it
+    moved: int = 0  # steps begun and ended so far (the stall deadline's progress)
 
 
 def _median(values):
@@ -238,11 +256,19 @@ def _p90(values):
     return ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
 
 
-def _timed_steps(run, strategy, count, recorder=None, losses=None, memory=None, held=None):
+def _timed_steps(run, strategy, count, recorder=None, losses=None, memory=None, held=None,
+                 phase="step"):
     """`count` steps, each after a barrier; this rank's wall time of each (and with `memory`,
-    what the rank holds after each, in `held`)."""
+    what the rank holds after each, in `held`). Each step's position is posted before its
+    barrier (a timeout names the step, and with `recorder` the call, a rank did not reach)."""
     comm, times = run.comm, []
-    for _ in range(count):
+    found = getattr(comm, "whereabouts", None)
+    marks = whereabouts.Reading(lambda: {"call": recorder.calls_in_step() + 1}) \
+        if recorder is not None else None
+    for number in range(count):
+        run.moved += 1
+        if found is not None:
+            found.at(f"{phase} {number + 1} of {count}", marks)
         with recorder.paused() if recorder else contextlib.nullcontext():
             comm.sync_all()
         if recorder:
@@ -253,11 +279,24 @@ def _timed_steps(run, strategy, count, recorder=None, losses=None, memory=None, 
         times.append(time.perf_counter() - start)
         if recorder:
             recorder.end_step()
+        run.moved += 1
         if losses is not None:
             losses.append(math.nan if loss is None else loss)
         if memory is not None:
             held.append(memory.now())
     return times
+
+
+def _stall_deadline(run, name, recorder):
+    """The steps of a strategy end like gloo's timeout where the backend never times out
+    (oneCCL): a step whose calls have not moved for --timeout names who did not come. Not its
+    set-up, where DeepSpeed may build an op for minutes."""
+    comm = run.comm
+    late = (f"rank {comm.global_rank}: {name}: a step did not finish within "
+            f"{run.args.timeout:g} s; a peer rank likely died or is stuck (see its log)")
+    explain = comm.whereabouts.explain if comm.whereabouts is not None else None
+    return stall_deadline(run.args.timeout, lambda: (run.moved, recorder.calls_in_step()), late,
+                          explain, _failure_record(run, name))
 
 
 def measure(run, name):
@@ -273,20 +312,22 @@ def measure(run, name):
     before = memory.now()
     strategy.setup()
     losses = []
-    _timed_steps(run, strategy, args.warmup, losses=losses)
-    gc.collect()
-    memory.reset()
-    held = []
-    with recorder.installed():
-        times = _timed_steps(run, strategy, args.steps, recorder, losses, memory, held)
-    peak = memory.peak()
-    if tracer is not None:
-        write_trace(comm, tracer, args.steps)
-    no_sync_times = None
-    if name == "ddp":  # the same steps without communication, exposed = the difference
-        strategy.communicate = False
-        _timed_steps(run, strategy, 1)
-        no_sync_times = _timed_steps(run, strategy, args.steps)
+    with _stall_deadline(run, name, recorder):
+        _timed_steps(run, strategy, args.warmup, losses=losses, phase="warmup step")
+        gc.collect()
+        memory.reset()
+        held = []
+        with recorder.installed():
+            times = _timed_steps(run, strategy, args.steps, recorder, losses, memory, held)
+        peak = memory.peak()
+        if tracer is not None:
+            write_trace(comm, tracer, args.steps)
+        no_sync_times = None
+        if name == "ddp":  # the same steps without communication, exposed = the difference
+            strategy.communicate = False
+            _timed_steps(run, strategy, 1, phase="step without communication")
+            no_sync_times = _timed_steps(run, strategy, args.steps,
+                                         phase="step without communication")
     settings = strategy.settings()
     params_mine = strategy.params_per_rank
     loss_rank, samples = strategy.loss_rank, strategy.samples_per_step
@@ -349,7 +390,7 @@ def measure(run, name):
     settings["memory_after_step_bytes"] = [int(max(r[7][k] for r in ranks)) for k in range(steps)]
     if memory.source == "rss_high_water":
         settings["rss_high_water_reset"] = memory.reset_done
-    return {
+    record = {
         "type": "strategy", "strategy": name, "world_size": n, "dp": dp, "tp": tp, "pp": pp,
         "params": run.model_config.params,
         "params_per_rank": [int(r[3]) for r in ranks],
@@ -367,7 +408,31 @@ def measure(run, name):
         "exposed_method": method,
         "compute_s": median - exposed,
         "config": settings,
+        # per measured step: the slowest rank's time blocked in calls, rank 0's bytes (all ops)
+        "exposed_comm_per_step_s": blocked,
+        "comm_bytes_per_step": [sum(ranks[0][1][k][3 * i + 1] for i in range(len(OPS)))
+                                for k in range(steps)],
     }
+    if run.user is not None and name.startswith("zero"):
+        record.update(user_config_figures(run, record))
+    return record
+
+
+def user_config_figures(run, record):
+    """--ds-config: which file ran (and the sweep's value), the estimate for its buckets and the
+    measured bytes against it, op by op (the strategy's own traffic: ops of 1 KiB a step or
+    more; DeepSpeed's few-byte flags and norms left out)."""
+    identity = dict(run.user.identity())
+    if run.user.sweep_key:
+        identity.update(sweep_key=run.user.sweep_key, sweep_value=run.ds_label)
+    estimated = dsconfig.estimate(run.ds_variant, run.model_config, record["world_size"],
+                                  run.dtype.itemsize)
+    measured = {op: v["bytes"] for op, v in record["comm"].items()
+                if op != "barrier" and v["bytes"] >= 1024}
+    ratios = {op: measured.get(op, 0.0) / figures["bytes"] if figures["bytes"] else None
+              for op, figures in estimated.items()}
+    ratios.update({op: None for op in measured if op not in estimated})
+    return {"ds_config": identity, "estimate": estimated, "bytes_vs_estimate": ratios}
 
 
 def write_trace(comm, tracer, steps):
@@ -388,13 +453,85 @@ def _spread(values):
 
 # ------------------------------------------------------------------------------------- main
 
+def user_config(args):
+    """--ds-config read and checked before any process group starts (a bad file is one line on
+    every rank, exit 2); the strategy, batch, accumulation and dtype taken from it. None
+    without --ds-config."""
+    if args.ds_config_sweep and not args.ds_config:
+        raise UsageError("--ds-config-sweep needs --ds-config FILE (the config it varies)")
+    if not args.ds_config:
+        if args.strategy is None:
+            args.strategy = list(ORDER)
+        return None
+    if args.ds_config_sweep and args.trace:
+        raise UsageError("--ds-config-sweep with --trace: trace one value at a time (--ds-config "
+                         "alone)")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    user = dsconfig.load(args.ds_config, args.ds_config_sweep, device.split(":")[0])
+    names = []
+    for _, variant in user.variants():
+        name = dsconfig.STAGE_STRATEGY[int(variant["zero_optimization"]["stage"])]
+        if name not in names:
+            names.append(name)
+    if args.strategy is not None and args.strategy != names:
+        raise UsageError(f"--strategy {','.join(args.strategy)} with --ds-config {args.ds_config}:"
+                         f" the file's zero_optimization.stage is {', '.join(names)}; leave "
+                         "--strategy out")
+    args.strategy = names
+    config = user.config
+    if "train_micro_batch_size_per_gpu" in config:
+        args.micro_batch = int(config["train_micro_batch_size_per_gpu"])
+    if "gradient_accumulation_steps" in config:
+        args.micro_batches = int(config["gradient_accumulation_steps"])
+    bf16 = config.get("bf16")
+    if isinstance(bf16, dict) and "enabled" in bf16:
+        args.dtype = "bfloat16" if bf16["enabled"] else "float32"
+    return user
+
+
+def for_engine(config, args, world_size, where):
+    """What deepspeed.initialize gets: the file's config as written, with the batch, the
+    accumulation and bf16 of the run where the file is silent, and DeepSpeed's periodic
+    printing off unless the file asks for it (the table owns stdout)."""
+    engine = dict(config)
+    engine.setdefault("train_micro_batch_size_per_gpu", args.micro_batch)
+    engine.setdefault("gradient_accumulation_steps", args.micro_batches)
+    whole = args.micro_batch * args.micro_batches * world_size
+    if "train_batch_size" in engine and int(engine["train_batch_size"]) != whole:
+        raise UsageError(f"--ds-config {where}: train_batch_size {engine['train_batch_size']} is "
+                         f"not train_micro_batch_size_per_gpu {args.micro_batch} x "
+                         f"gradient_accumulation_steps {args.micro_batches} x {world_size} ranks "
+                         f"({whole}): fix it or leave it out")
+    if "bf16" not in engine and "fp16" not in engine:
+        engine["bf16"] = {"enabled": args.dtype == "bfloat16"}
+    engine.setdefault("steps_per_print", 1 << 30)
+    engine.setdefault("wall_clock_breakdown", False)
+    return engine
+
+
+def variants(run):
+    """[(label, strategy name, engine config)] to measure: one without a sweep."""
+    if run.user is None:
+        return [(None, name, None) for name in run.args.strategy]
+    found = []
+    for label, config in run.user.variants():
+        where = run.user.path if label is None else f"{run.user.path} with " \
+            f"{run.user.sweep_key}={label}"
+        engine = for_engine(config, run.args, run.comm.world_size, where)
+        found.append((label, dsconfig.STAGE_STRATEGY[int(config["zero_optimization"]["stage"])],
+                      engine))
+    return found
+
+
 def run_all(args):
+    user = user_config(args)
     malloc = settle_malloc(args)
     check_backend(args, args.backend)  # ccl only when asked for (comm_args): before it starts
     comm = init_comm(args.local_rank, comm_args(args))
     check_shape(args, comm.world_size)
     config = ModelConfig(args.hidden, args.layers, args.heads, args.vocab, args.seq)
-    run = Run(args, comm, config, getattr(torch, args.dtype), malloc=malloc)
+    run = Run(args, comm, config, getattr(torch, args.dtype), malloc=malloc, user=user)
+    planned = variants(run)
     note(comm, f"strategies {', '.join(args.strategy)}: {config.params:,} parameters, "
                f"{args.steps} measured steps after {args.warmup} warmup, on {socket.gethostname()}"
                "; glibc malloc: " + (f"mmap threshold {malloc['bytes']} B ({malloc['set_by']})"
@@ -403,18 +540,52 @@ def run_all(args):
         # Imported before any strategy runs, so that every strategy's resident memory counts
         # the same libraries.
         import_deepspeed(comm.device.type)
+    if user is not None:
+        note(comm, f"DeepSpeed config {user.path} (sha256 {user.sha256[:12]}): "
+                   f"{', '.join(args.strategy)}, micro-batch {args.micro_batch} x "
+                   f"{args.micro_batches}, {args.dtype}" +
+                   (f"; its optimizer section is not used: the suite passes "
+                    "torch.optim.AdamW to deepspeed.initialize, which takes precedence"
+                    if "optimizer" in user.config else ""))
     open_output(run)
+    comm.whereabouts = whereabouts.start(comm)
+    swept = []
     try:
-        for name in args.strategy:
-            record = measure(run, name)
-            report(run, record)
-            note(comm, f"{name}: loss {record['loss'][0]:.4f} -> {record['loss'][-1]:.4f}, "
+        for label, name, engine in planned:
+            run.ds_variant, run.ds_label = engine, label
+            if comm.whereabouts is not None:
+                comm.whereabouts.size_starts(name, None, "set-up")
+            with whereabouts.named_on_timeout(comm, f"rank {comm.global_rank}: {name}",
+                                              _failure_record(run, name)):
+                record = measure(run, name)
+            if label is None:
+                report(run, record)
+            else:
+                swept.append((label, record))
+                report_sweep(run, record, sweep.figures(record))
+            what = name if label is None else f"{name} {user.sweep_key}={label}"
+            note(comm, f"{what}: loss {record['loss'][0]:.4f} -> {record['loss'][-1]:.4f}, "
                        f"exposed communication {record['exposed_comm_s'] * 1e3:.1f} ms per step "
                        f"({record['exposed_method']})")
+            if record.get("bytes_vs_estimate"):
+                note(comm, f"{what}: bytes per step, measured / estimated for the config's "
+                           "buckets: " + ", ".join(
+                               f"{op} " + ("not estimated" if r is None else f"{r:.3f}")
+                               for op, r in record["bytes_vs_estimate"].items()))
             agree_to_go_on(comm)
+        if swept:
+            report_sweep(run, sweep.verdict(user.sweep_key, swept, user.own_label()))
     finally:
         if run.writer is not None:
             run.writer.close()
+
+
+def _failure_record(run, name):
+    def record(line):
+        if run.writer is not None:
+            run.writer.write({"type": "failure", "strategy": name, "reason": "timeout",
+                              "message": line})
+    return record
 
 
 def main(argv=None):

@@ -26,8 +26,65 @@ def table_header(run):
     title = (f"---- Parallel strategies on {comm.world_size} ranks: {run.model_config.params:,} "
              f"parameters (hidden {args.hidden}, layers {args.layers}, heads {args.heads}, vocab "
              f"{args.vocab}, seq {args.seq}), micro-batch {args.micro_batch} x "
-             f"{args.micro_batches}, {args.dtype} ")
+             f"{args.micro_batches}, {args.dtype}{_config_words(run)} ")
     return [title.ljust(110, "-"), _cells([title for title, _ in COLUMNS]), "-" * 110]
+
+
+def _config_words(run):
+    if run.user is None:
+        return ""
+    return f", DeepSpeed config {run.user.path} (sha256 {run.user.sha256[:12]})"
+
+
+SWEEP_COLUMNS = (("strategy", 9), ("step (mean [95% CI])", 34),
+                 ("exposed comm (mean [95% CI])", 34), ("comm per step (mean [95% CI])", 0))
+
+
+def _ci(triple, form):
+    mean, low, high = triple
+    return f"{form(mean)} [{form(max(0.0, low))}, {form(high)}]"
+
+
+def _ms(seconds):
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def sweep_header(run):
+    key, width = run.user.sweep_key, max(len(run.user.sweep_key), 8) + 2
+    title = (f"---- {key} swept on {run.comm.world_size} ranks: {run.model_config.params:,} "
+             f"parameters, micro-batch {run.args.micro_batch} x {run.args.micro_batches}, "
+             f"{run.args.dtype}{_config_words(run)} ")
+    cells = [key.ljust(width)] + [t.ljust(w) if w else t for t, w in SWEEP_COLUMNS]
+    return [title.ljust(110, "-"), " ".join(cells).rstrip(), "-" * 110], width
+
+
+def sweep_row(run, record, figures, width):
+    label = record["ds_config"]["sweep_value"]
+    if label == run.user.own_label():
+        label += " (file)"
+    values = [label.ljust(width), record["strategy"].ljust(9),
+              _ci(figures["step_s"], _ms).ljust(34),
+              _ci(figures["exposed_comm_s"], _ms).ljust(34),
+              _ci(figures["bytes_per_step"], convert_size)]
+    return " ".join(values).rstrip()
+
+
+def report_sweep(run, record, figures=None):
+    """A sweep's row (record a strategy record, figures its intervals), or its verdict (record
+    the ds_config_sweep record): rank 0 prints it, the results file gets the record (with the
+    intervals)."""
+    comm = run.comm
+    if figures is None:
+        print_rank_0(comm, record["sentence"])
+    else:
+        header, width = sweep_header(run)
+        if not run.header_printed:
+            for line in header:
+                print_rank_0(comm, line)
+            run.header_printed = True
+        print_rank_0(comm, sweep_row(run, record, figures, width))
+        record = dict(record, sweep_figures={k: list(v) for k, v in figures.items()})
+    _write(run, record)
 
 
 def table_row(record):
@@ -68,6 +125,7 @@ def meta(run):
                       "micro_batches": args.micro_batches, "dtype": args.dtype,
                       "element_size": run.dtype.itemsize},
             "steps": args.steps, "warmup": args.warmup,
+            **({"ds_config": run.user.identity()} if run.user is not None else {}),
             "versions": provenance.versions(installed_deepspeed=True), **provenance.invocation()}
 
 
@@ -82,6 +140,8 @@ def open_output(run):
             failure = f"cannot write --output {run.args.output}: {error.strerror or error}"
     if run.comm.any_rank(failure is not None):
         raise BenchmarkError(failure or "rank 0 cannot write the results file")
+    from ..outputs import beside  # --db, --prometheus: the strategy rows there too
+    run.writer = beside(run.writer, run.args, run.comm, lambda: meta(run))
 
 
 def report(run, record):
@@ -91,6 +151,11 @@ def report(run, record):
             print_rank_0(comm, line)
         run.header_printed = True
     print_rank_0(comm, table_row(record))
+    _write(run, record)
+
+
+def _write(run, record):
+    comm = run.comm
     if run.writer is not None:
         try:
             run.writer.write(record)

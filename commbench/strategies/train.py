@@ -140,6 +140,8 @@ class Zero(Strategy):
     stage = None
 
     def deepspeed_config(self):
+        if self.run.ds_variant is not None:  # --ds-config: the user's, as bench.for_engine made it
+            return self.run.ds_variant
         args = self.args
         zero = {"stage": self.stage, "contiguous_gradients": True}
         if self.stage < 3:
@@ -172,6 +174,10 @@ class Zero(Strategy):
         with contextlib.redirect_stdout(sys.stderr):
             self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=_adamw(
                 model.parameters()), config=self.ds_config)
+        self.read_back = None
+        if self.run.user is not None:
+            from .dsconfig import read_back
+            self.read_back = read_back(self.engine, self.ds_config)
         # initialize() broadcast the parameters: every rank has mapped DeepSpeed's CPU buffers.
         shm.unlink_deepspeed_buffer(self.comm.rank)
         self.batches = self._batches(self.rank)
@@ -186,8 +192,12 @@ class Zero(Strategy):
         return (total / len(self.batches)).item()
 
     def settings(self):
-        return {"deepspeed": self.ds_config,
-                "deepspeed_version": sys.modules["deepspeed"].__version__}
+        settings = {"deepspeed": self.ds_config,
+                    "deepspeed_version": sys.modules["deepspeed"].__version__}
+        if self.read_back is not None:
+            # the engine's own view of the keys the config sets (deepspeed_config's names)
+            settings["engine_read_back"] = self.read_back
+        return settings
 
     def close(self):
         with contextlib.suppress(Exception):

@@ -25,35 +25,8 @@ import torch
 import torch.distributed
 import torch.distributed.distributed_c10d as c10d
 
-from .model import FORMAT, VERSION, Call, Part, dtype_name
-
-
-def _numel(tensor):
-    return tensor.numel() if isinstance(tensor, torch.Tensor) else 0
-
-
-def _dtype(tensor):
-    return dtype_name(tensor.dtype) if isinstance(tensor, torch.Tensor) else None
-
-
-def _first(tensors):
-    return next((t for t in tensors or () if isinstance(t, torch.Tensor)), None)
-
-
-def _reduce_op(op):
-    if op is None:
-        return "sum"
-    name = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
-    return {"premul_sum": "sum", "band": "band", "bor": "bor", "bxor": "bxor"}.get(
-        name.lower(), name.lower())
-
-
-def _rows_to_elements(split, tensor):
-    """torch's split sizes count rows of dimension 0; the trace counts elements."""
-    if split is None:
-        return None
-    row = tensor.numel() // tensor.shape[0] if tensor.dim() and tensor.shape[0] else 1
-    return [int(count) * row for count in split]
+from .calls import FUNCTIONS, Where
+from .model import FORMAT, VERSION, Call
 
 
 class Tracer:
@@ -82,94 +55,11 @@ class Tracer:
             self._groups[key] = tuple(torch.distributed.get_process_group_ranks(group))
         return self._groups[key]
 
-    @staticmethod
-    def _global(ranks, plain, in_group):
-        if plain is not None:
-            return int(plain)
-        return ranks[in_group] if in_group is not None else None
-
-    def _describe(self, name, a):
-        ranks = self._ranks(a.get("group"))
-        g = len(ranks)
+    def _describe(self, name, arguments):
+        """What the trace keeps of a call (trace.calls: one description per function)."""
+        ranks = self._ranks(arguments.get("group"))
         call = {"group": ranks, "function": name}
-        if name in ("all_reduce", "all_reduce_coalesced"):
-            tensors = a["tensors"] if name == "all_reduce_coalesced" else [a["tensor"]]
-            numel = sum(_numel(t) for t in tensors)
-            call.update(op="all_reduce", dtype=_dtype(_first(tensors)), in_numel=numel,
-                        out_numel=numel, reduce_op=_reduce_op(a.get("op")))
-        elif name == "all_gather":
-            call.update(op="all_gather", dtype=_dtype(a["tensor"]), in_numel=_numel(a["tensor"]),
-                        out_numel=sum(_numel(t) for t in a["tensor_list"]))
-        elif name in ("all_gather_into_tensor", "all_gather_single", "_all_gather_base"):
-            call.update(op="all_gather", dtype=_dtype(a["input_tensor"]),
-                        in_numel=_numel(a["input_tensor"]), out_numel=_numel(a["output_tensor"]))
-        elif name == "all_gather_coalesced":
-            inputs = a["input_tensor_list"]
-            call.update(op="all_gather", dtype=_dtype(_first(inputs)),
-                        in_numel=sum(_numel(t) for t in inputs),
-                        out_numel=sum(_numel(t) for out in a["output_tensor_lists"] for t in out))
-        elif name == "reduce_scatter":
-            call.update(op="reduce_scatter", dtype=_dtype(a["output"]),
-                        in_numel=sum(_numel(t) for t in a["input_list"]),
-                        out_numel=_numel(a["output"]), reduce_op=_reduce_op(a.get("op")))
-        elif name in ("reduce_scatter_tensor", "reduce_scatter_single", "_reduce_scatter_base"):
-            call.update(op="reduce_scatter", dtype=_dtype(a["input"]), in_numel=_numel(a["input"]),
-                        out_numel=_numel(a["output"]), reduce_op=_reduce_op(a.get("op")))
-        elif name == "broadcast":
-            numel = _numel(a["tensor"])
-            call.update(op="broadcast", dtype=_dtype(a["tensor"]), in_numel=numel, out_numel=numel,
-                        root=self._global(ranks, a.get("src"), a.get("group_src")))
-        elif name == "reduce":
-            numel = _numel(a["tensor"])
-            call.update(op="reduce", dtype=_dtype(a["tensor"]), in_numel=numel, out_numel=numel,
-                        root=self._global(ranks, a.get("dst"), a.get("group_dst")),
-                        reduce_op=_reduce_op(a.get("op")))
-        elif name == "all_to_all_single":
-            inp, out = a["input"], a["output"]
-            in_split = _rows_to_elements(a.get("input_split_sizes"), inp) or \
-                [_numel(inp) // g] * g
-            out_split = _rows_to_elements(a.get("output_split_sizes"), out) or \
-                [_numel(out) // g] * g
-            call.update(op="all_to_all", dtype=_dtype(inp), in_numel=sum(in_split),
-                        out_numel=sum(out_split), in_split=in_split, out_split=out_split)
-        elif name == "all_to_all":
-            in_split = [_numel(t) for t in a["input_tensor_list"]]
-            out_split = [_numel(t) for t in a["output_tensor_list"]]
-            call.update(op="all_to_all", dtype=_dtype(_first(a["input_tensor_list"])),
-                        in_numel=sum(in_split), out_numel=sum(out_split), in_split=in_split,
-                        out_split=out_split)
-        elif name == "gather":
-            root = self._global(ranks, a.get("dst"), a.get("group_dst"))
-            numel = _numel(a["tensor"])
-            call.update(op="gather", dtype=_dtype(a["tensor"]), in_numel=numel, root=root,
-                        out_numel=numel * g if root == self.rank else 0)
-        elif name == "scatter":
-            root = self._global(ranks, a.get("src"), a.get("group_src"))
-            numel = _numel(a["tensor"])
-            call.update(op="scatter", dtype=_dtype(a["tensor"]), out_numel=numel, root=root,
-                        in_numel=numel * g if root == self.rank else 0)
-        elif name in ("send", "isend"):
-            numel = _numel(a["tensor"])
-            call.update(op="send", dtype=_dtype(a["tensor"]), in_numel=numel,
-                        peer=self._global(ranks, a.get("dst"), a.get("group_dst")))
-        elif name in ("recv", "irecv"):
-            numel = _numel(a["tensor"])
-            call.update(op="recv", dtype=_dtype(a["tensor"]), out_numel=numel,
-                        peer=self._global(ranks, a.get("src"), a.get("group_src")))
-        elif name == "batch_isend_irecv":
-            parts = []
-            for p2p in a["p2p_op_list"]:
-                sends = "send" in getattr(p2p.op, "__name__", "")
-                part_ranks = self._ranks(getattr(p2p, "group", None))
-                peer = self._global(part_ranks, getattr(p2p, "peer", None),
-                                    getattr(p2p, "group_peer", None))
-                parts.append(Part("send" if sends else "recv", peer, _numel(p2p.tensor),
-                                  _dtype(p2p.tensor)))
-            call.update(op="batch", batch=parts, group=(),
-                        in_numel=sum(p.numel for p in parts if p.op == "send"),
-                        out_numel=sum(p.numel for p in parts if p.op == "recv"))
-        else:  # barrier, monitored_barrier
-            call.update(op="barrier")
+        call.update(FUNCTIONS[name].describe(Where(ranks, self.rank, self._ranks), arguments))
         return call
 
     # -- the accounting's hooks (called with the accounting's lock held, except waited)

@@ -79,6 +79,8 @@ class Replayer:
     def __init__(self, comm, trace, rank):
         self.comm, self.trace, self.rank = comm, trace, rank
         self.calls = trace.calls(rank)
+        self.current_call = None  # the call issued or waited last (a timeout's line names it)
+        self.steps = 0  # moves at every call issued or waited (replay's stall deadline reads it)
         self.dist = comm.dist
         self.pool = Pool(comm.device)
         self.handles = {}  # group (global ranks) -> ProcessGroup, for this rank's groups
@@ -234,6 +236,7 @@ class Replayer:
 
         def finish(req):
             entry = inflight.pop(req, None)
+            self.steps += 1
             if entry is None:
                 return  # waited already (a second wait on one request is a no-op)
             for work in entry.works:
@@ -247,13 +250,17 @@ class Replayer:
             self._release(inp, out)
 
         base = trace.origin()
+        self.steps += 1
         comm.sync_all()
         began = time.perf_counter()
         for call in calls:
+            self.current_call = call
+            self.steps += 1
             if pace and call.start_s is not None:
-                delay = began + (trace.shared_start(self.rank, call) - base) - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
+                at = began + (trace.shared_start(self.rank, call) - base)
+                while time.perf_counter() < at:  # a job's gap, however long, is no stall
+                    time.sleep(max(0.0, min(1.0, at - time.perf_counter())))
+                    self.steps += 1
             if call.op == "wait":
                 for req in call.waits:
                     finish(req)

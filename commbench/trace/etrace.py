@@ -15,7 +15,7 @@ What the trace does not say, and what the replay then assumes (said before the r
 import json
 import re
 
-from .model import Call, Trace, TraceError
+from .model import Call, Trace, TraceError, rooted_numel
 
 DTYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "half": "float16",
           "c10::BFloat16": "bfloat16", "int": "int32", "long int": "int64", "long": "int64",
@@ -132,6 +132,72 @@ def read(documents, files, world_size):
     return Trace("execution-trace", world_size, ranks, groups=[], notes=notes)
 
 
+class _Node:
+    """One c10d node's arguments by name, read the way every op's fields need."""
+
+    def __init__(self, names, values, types, shapes, rank, world_size, where):
+        self.names, self.rank, self.where = names, rank, where
+        self.arguments = dict(zip(names, values))
+        self.kinds = dict(zip(names, types))
+        self.shape = dict(zip(names, shapes))
+        self.world = tuple(range(world_size))
+
+    def numel(self, key):
+        return sum(t[3] for t in _tensors(self.arguments.get(key)))
+
+    def asynchronous(self):
+        return bool(self.arguments.get("async_op", self.arguments.get("asyncOp", False)))
+
+    def key(self, prefix):
+        return next(k for k in self.names if k.startswith(prefix))
+
+
+def _one_buffer(call, n):
+    call.in_numel = call.out_numel = n.numel(n.names[0])
+    if call.op in ("all_reduce", "reduce"):
+        call.reduce_op = "sum"
+    if call.op != "all_reduce":
+        call.root = n.world[int(n.arguments.get("root_rank", 0))]
+
+
+def _in_and_out(call, n):
+    in_key, out_key = n.key("input"), n.key("output")
+    call.in_numel, call.out_numel = n.numel(in_key), n.numel(out_key)
+    if call.op != "all_to_all":
+        return
+    for key, tensor_key, field in (("input_split_sizes", in_key, "in_split"),
+                                   ("output_split_sizes", out_key, "out_split")):
+        split = n.arguments.get(key)
+        rows = (n.shape.get(tensor_key) or [0])[0] or 1
+        if split:
+            setattr(call, field, [int(s) * (n.numel(tensor_key) // rows) for s in split])
+
+
+def _rooted(call, n):
+    root = int(n.arguments.get("root_rank", 0))
+    call.root = n.world[root]
+    piece = n.numel("input_tensors" if call.op == "gather" else "output_tensors")
+    call.in_numel, call.out_numel = rooted_numel(call.op, piece, len(n.world), n.rank == root)
+
+
+def _peer(call, n):
+    peer = n.arguments.get("dst", n.arguments.get("srcRank", n.arguments.get("src")))
+    if not isinstance(peer, int):
+        raise TraceError(f"{n.where}: no peer rank")
+    call.peer = n.world[peer]
+    if call.op == "send":
+        call.in_numel = n.numel(n.names[0])
+    else:
+        call.out_numel = n.numel(n.names[0])
+
+
+# The trace's op -> how its node's arguments become the call's fields.
+_FIELDS = {"all_reduce": _one_buffer, "broadcast": _one_buffer, "reduce": _one_buffer,
+           "all_gather": _in_and_out, "reduce_scatter": _in_and_out, "all_to_all": _in_and_out,
+           "gather": _rooted, "scatter": _rooted, "send": _peer, "recv": _peer,
+           "barrier": lambda call, n: None}
+
+
 def _calls(nodes, rank, world_size, path):
     world = tuple(range(world_size))
     comm_ids = {n.get("id") for n in nodes if str(n.get("name", "")).startswith("c10d::")}
@@ -152,68 +218,33 @@ def _calls(nodes, rank, world_size, path):
             inflight = {s: r for s, r in inflight.items() if r not in touched}
         if not name.startswith("c10d::"):
             continue
-        short = name.split("::", 1)[1]
-        op = OPS.get(short)
-        if op is None:
-            raise TraceError(f"{path}: node {node.get('id')}: {name} is an op the communication "
-                             "layer does not have")
-        schema = _attrs(node).get("op_schema") or ""
-        try:
-            names = _names(schema)
-        except ValueError:
-            raise TraceError(f"{path}: node {node.get('id')} ({name}): no op_schema to read "
-                             "its arguments by") from None
-        arguments = dict(zip(names, values))
-        kinds = dict(zip(names, types))
-        shape = dict(zip(names, shapes))
-        call = Call(index=len(calls), op=op, group=world, function=name)
-        asynchronous = bool(arguments.get("async_op", arguments.get("asyncOp", False)))
-        where = f"{path}: node {node.get('id')} ({name})"
-        if op != "barrier":
-            first = names[0]
-            call.dtype = _dtype(kinds.get(first), path, node)
-        numel = lambda key: sum(t[3] for t in _tensors(arguments.get(key)))  # noqa: E731
-        if op in ("all_reduce", "broadcast", "reduce"):
-            call.in_numel = call.out_numel = numel(names[0])
-            if op in ("all_reduce", "reduce"):
-                call.reduce_op = "sum"
-            if op != "all_reduce":
-                call.root = world[int(arguments.get("root_rank", 0))]
-        elif op in ("all_gather", "reduce_scatter", "all_to_all"):
-            out_key = next(k for k in names if k.startswith("output"))
-            in_key = next(k for k in names if k.startswith("input"))
-            call.in_numel, call.out_numel = numel(in_key), numel(out_key)
-            if op == "all_to_all":
-                for key, tensor_key, field in (("input_split_sizes", in_key, "in_split"),
-                                               ("output_split_sizes", out_key, "out_split")):
-                    split = arguments.get(key)
-                    rows = (shape.get(tensor_key) or [0])[0] or 1
-                    total = numel(tensor_key)
-                    if split:
-                        setattr(call, field, [int(s) * (total // rows) for s in split])
-        elif op in ("gather", "scatter"):
-            root = int(arguments.get("root_rank", 0))
-            call.root = world[root]
-            mine = "input_tensors" if op == "gather" else "output_tensors"
-            piece = numel(mine)
-            if op == "gather":
-                call.in_numel, call.out_numel = piece, piece * world_size if rank == root else 0
-            else:
-                call.out_numel, call.in_numel = piece, piece * world_size if rank == root else 0
-        elif op in ("send", "recv"):
-            peer = arguments.get("dst", arguments.get("srcRank", arguments.get("src")))
-            if not isinstance(peer, int):
-                raise TraceError(f"{where}: no peer rank")
-            call.peer = world[peer]
-            if op == "send":
-                call.in_numel = numel(names[0])
-            else:
-                call.out_numel = numel(names[0])
-            asynchronous = False  # isend and irecv are the same node; send()'s wait is inside
-        if asynchronous:
+        call, n = _call(node, name, values, types, shapes, rank, world_size, path)
+        call.index, call.group = len(calls), world
+        # isend and irecv are the same node as send and recv; send()'s wait is inside it
+        if call.op not in ("send", "recv") and n.asynchronous():
             call.req = next_req
             next_req += 1
             for tensor in _tensors(values):
                 inflight[tensor[1]] = call.req
         calls.append(call)
     return calls
+
+
+def _call(node, name, values, types, shapes, rank, world_size, path):
+    """One c10d node as a call (its op, dtype and the fields its op has), and its arguments."""
+    op = OPS.get(name.split("::", 1)[1])
+    if op is None:
+        raise TraceError(f"{path}: node {node.get('id')}: {name} is an op the communication "
+                         "layer does not have")
+    try:
+        names = _names(_attrs(node).get("op_schema") or "")
+    except ValueError:
+        raise TraceError(f"{path}: node {node.get('id')} ({name}): no op_schema to read "
+                         "its arguments by") from None
+    n = _Node(names, values, types, shapes, rank, world_size,
+              f"{path}: node {node.get('id')} ({name})")
+    call = Call(index=0, op=op, function=name)
+    if op != "barrier":
+        call.dtype = _dtype(n.kinds.get(names[0]), path, node)
+    _FIELDS[op](call, n)
+    return call, n

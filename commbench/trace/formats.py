@@ -5,7 +5,9 @@ in one of three formats recognised from the files themselves:
   "format": "commbench-trace";
 - PyTorch's execution trace (torch.profiler.ExecutionTraceObserver): a JSON object with
   "schema" and "nodes" (etrace.py);
-- PARAM's basic comms trace: a JSON list of objects with "comms" (param.py).
+- PARAM's basic comms trace: a JSON list of objects with "comms" (param.py);
+- DeepSpeed's comms logger: log_summary(return_dict=True)'s dictionary ("summary" and
+  "metadata") or get_raw_data()'s, saved as JSON (dscomms.py).
 
 Every problem is one line (TraceError) naming the file and, where it is one call, the call.
 """
@@ -77,16 +79,20 @@ def recognise(document):
     if isinstance(document, list) and all(isinstance(entry, dict) for entry in document) and \
             (not document or any("comms" in entry for entry in document)):
         return "param-basic"
+    from .dscomms import recognise as deepspeed_kind
+    if deepspeed_kind(document):
+        return "deepspeed-comms"
     return None
 
 
 FORMAT_NAMES = {"commbench": "commbench trace", "execution-trace": "PyTorch execution trace",
-                "param-basic": "PARAM basic comms trace"}
+                "param-basic": "PARAM basic comms trace",
+                "deepspeed-comms": "DeepSpeed comms logger"}
 
 
 def read(directory):
     """The Trace in `directory`, checked call by call."""
-    from . import etrace, param
+    from . import dscomms, etrace, param
     files = rank_files(directory)
     world_size = len(files)
     documents, kinds = {}, {}
@@ -95,14 +101,19 @@ def read(directory):
         kinds[rank] = recognise(documents[rank])
         if kinds[rank] is None:
             raise TraceError(f"{path}: not a trace this replay reads (the suite's own, PyTorch's "
-                             "execution trace, or PARAM's basic comms trace)")
+                             "execution trace, PARAM's basic comms trace, or DeepSpeed's comms "
+                             "logger's dictionary)")
     if len(set(kinds.values())) > 1:
         raise TraceError(f"{directory}: files of different formats ({files[0]} is "
                          f"{FORMAT_NAMES[kinds[0]]})")
     kind = kinds[0]
     readers = {"commbench": _read_commbench, "execution-trace": etrace.read,
                "param-basic": param.read}
-    trace = readers[kind](documents, files, world_size)
+    if kind == "deepspeed-comms":
+        trace = dscomms.read(documents, files, world_size,
+                             {rank: dscomms.recognise(d) for rank, d in documents.items()})
+    else:
+        trace = readers[kind](documents, files, world_size)
     trace.directory = directory
     for rank, calls in trace.ranks.items():
         validate(calls, rank, trace.world_size, files[rank])

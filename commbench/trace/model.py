@@ -38,6 +38,13 @@ def kind(op):
     return "pt2pt" if op in POINT_TO_POINT else op
 
 
+def rooted_numel(op, piece, group_size, is_root):
+    """gather and scatter: (in_numel, out_numel) of a rank whose own piece is `piece` elements;
+    the root sends (scatter) or receives (gather) every rank's piece, the others none."""
+    whole = piece * group_size if is_root else 0
+    return (piece, whole) if op == "gather" else (whole, piece)
+
+
 class TraceError(UsageError):
     """A trace the replay cannot run: one line, exit 2."""
 

@@ -52,12 +52,103 @@ def _field(entry, name, where):
     return entry[name]
 
 
+class _Reader:
+    """One rank's entries read in order: the groups its init entries define, the batch being
+    gathered, the reqs that later waits name (and a batch's later parts' reqs, its own)."""
+
+    def __init__(self, entries, rank, world_size, groups):
+        self.rank, self.world, self.groups = rank, tuple(range(world_size)), groups
+        self.by_pg = {}
+        self.waited = {entry.get("req") for entry in entries
+                       if op_name(entry.get("comms")) == "wait"}
+        self.calls, self.batch = [], None
+        self.alias = {}  # the req of a batch's later part -> the batch's req (one completion)
+
+    def req(self, entry):
+        """The entry's req where a later wait names it (then the call is asynchronous)."""
+        return entry.get("req") if entry.get("req") in self.waited else None
+
+    def add(self, call, in_batch=False):
+        self.calls.append(call)
+        if not in_batch:
+            self.batch = None
+
+    def entry(self, entry, op, name, where):
+        ranks = entry.get("global_ranks")
+        if op == "init":
+            if ranks:
+                self.by_pg[entry.get("pg_id")] = tuple(ranks)
+                if tuple(ranks) != self.world and tuple(ranks) not in self.groups:
+                    self.groups.append(tuple(ranks))
+            return
+        group = tuple(ranks) if ranks else self.by_pg.get(entry.get("pg_id"), self.world)
+        started = entry.get("startTime_ns")  # the wall clock's: shared by the ranks
+        start_s = started / 1e9 if isinstance(started, (int, float)) else None
+        if op == "wait":
+            req = entry.get("req")
+            self.add(Call(index=len(self.calls), op="wait", waits=[self.alias.get(req, req)],
+                          start_s=start_s, function=name))
+        elif op == "barrier":
+            self.add(Call(index=len(self.calls), op="barrier", group=group, function=name,
+                          start_s=start_s, req=self.req(entry)))
+        elif op in ("send", "recv"):
+            self.point_to_point(entry, op, name, where, start_s)
+        else:
+            self.collective(entry, op, name, where, group, start_s)
+
+    def point_to_point(self, entry, op, name, where, start_s):
+        dtype = _dtype(entry, where)
+        in_numel, out_numel = _field(entry, "in_msg_size", where), \
+            _field(entry, "out_msg_size", where)
+        peer = _field(entry, "dst_rank" if op == "send" else "src_rank", where)
+        numel = in_numel if op == "send" else out_numel
+        if not entry.get("use_batch"):
+            self.add(Call(index=len(self.calls), op=op, peer=peer, dtype=dtype,
+                          in_numel=numel if op == "send" else 0,
+                          out_numel=numel if op == "recv" else 0, function=name,
+                          start_s=start_s, req=self.req(entry)))
+            return
+        if self.batch is None:
+            self.batch = Call(index=len(self.calls), op="batch", batch=[], function="batch",
+                              start_s=start_s)
+            self.add(self.batch, in_batch=True)
+        self.batch.batch.append(Part(op, peer, numel, dtype))
+        req = entry.get("req")
+        if req in self.waited and self.batch.req is None:
+            self.batch.req = req
+        elif req in self.waited:
+            self.alias[req] = self.batch.req
+
+    def collective(self, entry, op, name, where, group, start_s):
+        dtype = _dtype(entry, where)
+        call = Call(index=len(self.calls), op=op, group=group, dtype=dtype,
+                    in_numel=_field(entry, "in_msg_size", where),
+                    out_numel=_field(entry, "out_msg_size", where), function=name,
+                    start_s=start_s, req=self.req(entry))
+        if op in ("broadcast", "reduce", "gather", "scatter"):
+            call.root = entry.get("root", group[0])
+        if op in ("all_reduce", "reduce", "reduce_scatter"):
+            call.reduce_op = "sum"
+        if op == "all_to_all":
+            call.in_split, call.out_split = entry.get("in_split") or None, \
+                entry.get("out_split") or None
+        if op == "gather" and call.root != self.rank:
+            call.out_numel = 0  # the file's sizes are the root's: the others receive nothing
+        if op == "scatter" and call.root != self.rank:
+            call.in_numel = 0
+        self.add(call)
+
+
+def _dtype(entry, where):
+    dtype = DTYPES.get(str(_field(entry, "dtype", where)).lower())
+    if dtype is None:
+        raise TraceError(f"{where}: dtype {entry['dtype']!r} (PARAM's names: "
+                         f"{', '.join(sorted(DTYPES))})")
+    return dtype
+
+
 def _calls(entries, rank, world_size, path, groups):
-    world = tuple(range(world_size))
-    by_pg = {}
-    waited = {entry.get("req") for entry in entries if op_name(entry.get("comms")) == "wait"}
-    calls, batch = [], None
-    alias = {}  # the req of a batch's later part -> the batch's req (one completion)
+    reader = _Reader(entries, rank, world_size, groups)
     for position, entry in enumerate(entries):
         where = f"{path}: entry {position}"
         if "compute" in entry and "comms" not in entry:
@@ -66,73 +157,9 @@ def _calls(entries, rank, world_size, path, groups):
         op = op_name(name)
         if op is None:
             raise TraceError(f"{where}: {name!r} is an op the communication layer does not have")
-        where = f"{where} ({name})"
-        ranks = entry.get("global_ranks")
-        if op == "init":
-            if ranks:
-                by_pg[entry.get("pg_id")] = tuple(ranks)
-                if tuple(ranks) != world and tuple(ranks) not in groups:
-                    groups.append(tuple(ranks))
-            continue
-        group = tuple(ranks) if ranks else by_pg.get(entry.get("pg_id"), world)
-        started = entry.get("startTime_ns")  # the wall clock's: shared by the ranks
-        start_s = started / 1e9 if isinstance(started, (int, float)) else None
-        req = entry.get("req")
-        if op == "wait":
-            calls.append(Call(index=len(calls), op="wait", waits=[alias.get(req, req)],
-                              start_s=start_s,
-                              function=name))
-            batch = None
-            continue
-        if op == "barrier":
-            calls.append(Call(index=len(calls), op="barrier", group=group, function=name,
-                              start_s=start_s, req=req if req in waited else None))
-            batch = None
-            continue
-        dtype = DTYPES.get(str(_field(entry, "dtype", where)).lower())
-        if dtype is None:
-            raise TraceError(f"{where}: dtype {entry['dtype']!r} (PARAM's names: "
-                             f"{', '.join(sorted(DTYPES))})")
-        in_numel = _field(entry, "in_msg_size", where)
-        out_numel = _field(entry, "out_msg_size", where)
-        if op in ("send", "recv"):
-            peer = _field(entry, "dst_rank" if op == "send" else "src_rank", where)
-            numel = in_numel if op == "send" else out_numel
-            if entry.get("use_batch"):
-                if batch is None:
-                    batch = Call(index=len(calls), op="batch", batch=[], function="batch",
-                                 start_s=start_s)
-                    calls.append(batch)
-                batch.batch.append(Part(op, peer, numel, dtype))
-                if req in waited and batch.req is None:
-                    batch.req = req
-                elif req in waited:
-                    alias[req] = batch.req
-                continue
-            calls.append(Call(index=len(calls), op=op, peer=peer, dtype=dtype,
-                              in_numel=numel if op == "send" else 0,
-                              out_numel=numel if op == "recv" else 0, function=name,
-                              start_s=start_s, req=req if req in waited else None))
-            batch = None
-            continue
-        batch = None
-        call = Call(index=len(calls), op=op, group=group, dtype=dtype, in_numel=in_numel,
-                    out_numel=out_numel, function=name, start_s=start_s,
-                    req=req if req in waited else None)
-        if op in ("broadcast", "reduce", "gather", "scatter"):
-            call.root = entry.get("root", group[0])
-        if op in ("all_reduce", "reduce", "reduce_scatter"):
-            call.reduce_op = "sum"
-        if op == "all_to_all":
-            call.in_split, call.out_split = entry.get("in_split") or None, \
-                entry.get("out_split") or None
-        if op == "gather" and call.root != rank:
-            call.out_numel = 0
-        if op == "scatter" and call.root != rank:
-            call.in_numel = 0
-        calls.append(call)
-    for call in calls:  # a batch's parts share one req; the batch sums them
+        reader.entry(entry, op, name, f"{where} ({name})")
+    for call in reader.calls:  # a batch's parts share one req; the batch sums them
         if call.op == "batch":
             call.in_numel = sum(p.numel for p in call.batch if p.op == "send")
             call.out_numel = sum(p.numel for p in call.batch if p.op == "recv")
-    return calls
+    return reader.calls

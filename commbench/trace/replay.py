@@ -15,11 +15,12 @@ import sys
 import torch
 import torch.distributed
 
-from .. import defaults, provenance
+from .. import defaults, provenance, whereabouts
+from ..cli import add_store_flags
 from ..comm import init_comm
 from ..errors import BenchmarkError
 from ..flags import UsageParser, prog
-from ..guard import agree_to_go_on
+from ..guard import agree_to_go_on, stall_deadline
 from ..launch import discover_launch_env
 from ..memory import per_rank_memory
 from ..numbers import float_in, int_at_least
@@ -37,7 +38,8 @@ def parser():
                             "sizes, groups and order, timed; how close to the job it came.")
     p.add_argument("trace", metavar="TRACE_DIR",
                    help="one file per rank, the rank the last number in its name (the suite's "
-                        "own traces, PyTorch execution traces, PARAM basic comms traces)")
+                        "own traces, PyTorch execution traces, PARAM basic comms traces, "
+                        "DeepSpeed comms logger summaries)")
     p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
                    help="set by launchers; default: from the launcher's environment")
     p.add_argument("--dist", choices=defaults.DISTS, default="torch",
@@ -63,6 +65,7 @@ def parser():
                    help="one record per replayed call, in trace order, and a summary")
     p.add_argument("--overwrite", action="store_true",
                    help="replace --output if it exists (default: write FILE.jsonl.1, ...)")
+    add_store_flags(p)
     p.add_argument("--timeout", type=float_in(0, 1e6, "a positive number of seconds"),
                    default=300, help="seconds a rank waits for its peers (default %(default)s)")
     return p
@@ -169,7 +172,20 @@ def open_output(args, comm, trace):
                       f"{getattr(error, 'strerror', None) or error}"
     if comm.any_rank(failure is not None):
         raise BenchmarkError(failure or "rank 0 cannot write --output")
-    return writer
+    from ..outputs import beside  # --db, --prometheus: the summary and the calls there too
+    return beside(writer and _Lines(writer), args, comm, lambda: meta(args, comm, trace))
+
+
+class _Lines:
+    def __init__(self, file):
+        self.file = file
+
+    def write(self, record):
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+
+    def close(self):
+        self.file.close()
 
 
 def gather(comm, trace, times, starts, wrong, passes):
@@ -218,19 +234,32 @@ def run(args):
     replayer = Replayer(comm, trace, rank)
     replayer.make_groups()
     writer = open_output(args, comm, trace)
+    post = _positions(comm, replayer)
+    record = _failure_record(writer)
+    late = (f"rank {rank}: replay: a call did not finish within {args.timeout:g} s; a peer rank "
+            "likely died or is stuck (see its log)")
+    explain = comm.whereabouts.explain if comm.whereabouts is not None else None
     try:
-        for _ in range(args.warmup):
-            replayer.run_pass()
-        times, starts, passes = [], [], []
-        for _ in range(args.repeat):
-            call_times, call_starts, _, seconds = replayer.run_pass(pace=args.pace)
-            times.append(call_times)
-            starts.append(call_starts)
-            passes.append(seconds)
-        wrong = [0] * len(replayer.calls)
-        if args.check:
-            _, _, wrong, _ = replayer.run_pass(check=True)
-        everyone = gather(comm, trace, times, starts, wrong, passes)
+        # the backend's own timeout (gloo's) names who did not come in the main thread; the
+        # stall deadline does it where the backend never times out (oneCCL)
+        with whereabouts.named_on_timeout(comm, f"rank {rank}: replay", record), \
+                stall_deadline(args.timeout, lambda: replayer.steps, late, explain, record):
+            for number in range(args.warmup):
+                post(f"warmup pass {number + 1} of {args.warmup}")
+                replayer.run_pass()
+            times, starts, passes = [], [], []
+            for number in range(args.repeat):
+                post(f"pass {number + 1} of {args.repeat}")
+                call_times, call_starts, _, seconds = replayer.run_pass(pace=args.pace)
+                times.append(call_times)
+                starts.append(call_starts)
+                passes.append(seconds)
+            wrong = [0] * len(replayer.calls)
+            if args.check:
+                post("--check pass")
+                _, _, wrong, _ = replayer.run_pass(check=True)
+            post("after the passes", reading=False)
+            everyone = gather(comm, trace, times, starts, wrong, passes)
         if rank == 0:
             report(args, comm, trace, everyone, writer)
         bad = sum(sum(r["wrong"]) for r in everyone.values())
@@ -240,6 +269,34 @@ def run(args):
     finally:
         if writer is not None:
             writer.close()
+
+
+def _positions(comm, replayer):
+    """post(phase): this rank's position in the store, once a pass (outside its timed calls);
+    at a timeout the call it is in (its index in this rank's trace, and its op) is read from
+    the replayer."""
+    comm.whereabouts = found = whereabouts.start(comm)
+    if found is None:
+        return lambda phase, reading=True: None
+
+    def current():
+        call = replayer.current_call
+        return {"call": call.index, "call_op": call.op} if call is not None else {}
+    marks = whereabouts.Reading(current)
+    found.size_starts("replay", None, "start")
+
+    def post(phase, reading=True):
+        replayer.current_call = None
+        found.at(phase, marks if reading else None)
+    return post
+
+
+def _failure_record(writer):
+    def record(line):
+        if writer is not None:
+            writer.write({"type": "failure", "op": "replay", "reason": "timeout",
+                          "message": line})
+    return record
 
 
 def _wrong_line(trace, everyone, bad):
@@ -267,6 +324,9 @@ def report(args, comm, trace, everyone, writer):
     predicted = summary.prediction(trace, everyone)
     if predicted:
         lines += [""] + summary.prediction_lines(predicted, trace.source or "as recorded")
+    if trace.format == "deepspeed-comms":
+        from .dscomms import lines as deepspeed_lines
+        lines += [""] + deepspeed_lines(trace, medians[0], comm.world_size)
     if args.top:
         lines += [""] + summary.heaviest_lines(trace, medians, args.top)
     wrong = sum(sum(r["wrong"]) for r in everyone.values())
@@ -288,13 +348,12 @@ def report(args, comm, trace, everyone, writer):
                 record["times_s"] = everyone[rank]["times"][call.index]
                 if args.check:
                     record["wrong"] = everyone[rank]["wrong"][call.index]
-            writer.write(json.dumps(record) + "\n")
-    writer.write(json.dumps({
+            writer.write(record)
+    writer.write({
         "type": "replay_summary", "world_size": comm.world_size, "repeat": args.repeat,
         "steps": trace.steps, "pass_s": figures, "pass_times_s": pass_times, "kinds": table,
         "total_s": summary.total_time(trace, everyone), "prediction": predicted,
-        "wrong": wrong if args.check else None}) + "\n")
-    writer.flush()
+        "wrong": wrong if args.check else None})
 
 
 def main(argv=None):

@@ -1,0 +1,7 @@
+"""The results database (docs/history.md): `--db URL` keeps every run with its provenance and
+records; `report.py history` reads the figures run by run and names where they changed.
+
+  schema   the tables, the schema version, the steps that migrate it forward
+  store    connecting (SQLite file or PostgreSQL server), writing a run, reading, importing
+  history  the series per op, configuration and size band, and their change points
+"""

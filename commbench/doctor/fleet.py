@@ -1,0 +1,357 @@
+"""The screen's verdict: each host's pairs against the fleet's, by a robust z on log bandwidth.
+
+A pair's figure is its bandwidth (the slower direction) in log, less its round's reference (a
+busy moment slows a whole round), over a spread: z. Three passes: the first with the round's
+upper quartile (less a normal one's 0.674 spreads) and the noise model's spread (noise.SIGMA:
+half a round slow, a slow switch's pairs, would move a median and swell a MAD); the next two with
+the round's median and the fleet's own robust spread (1.4826 x MAD, never less than SIGMA) of
+the pairs of hosts the pass before found in line. Then
+
+- a **suspect host** is slow in every pair it was in: its best pair's z is below -t, with t
+  chosen so that a healthy fleet of N hosts, each in k pairs, raises a first-pass alarm with
+  probability ALPHA (normal noise: N x P(z < -t)^k = ALPHA, so t = -inv_cdf((ALPHA/N)^(1/k))),
+  and never under RETEST_Z;
+- with a topology, a **suspect switch**: the hosts behind it fine among themselves (the median
+  z of their pairs inside it above -RETEST_Z) and slow to everything outside (the median of
+  their best cross-switch pairs below -t): its hosts are not named;
+- a **suspect link**: one pair below -t for a single measurement among all of the check's
+  (ALPHA / pairs), while both its hosts were fine in another pair; retested as often as a host,
+  and named only when slow in every retest.
+
+Every suspect is retested before it is named (retest_plan: rounds of disjoint pairs, each
+retested pair against good hosts beside a control pair of good hosts measured at the same
+moment; a switch: all its hosts to good hosts outside it at once, a slow uplink showing only
+under load, beside as many control pairs) and named only when its retests, each held against its
+control (the difference of two pairs: sqrt(2) x the spread), are still below -RETEST_Z together
+(their z's sum over the root of their number; a switch: their median). Both slow: the machine
+was busy; named nothing."""
+
+import math
+import statistics
+from statistics import NormalDist
+
+from . import noise
+from . import verdict
+from .verdict import Finding, Judgement
+
+ALPHA = 0.001  # first-pass alarms per healthy fleet, at normal noise (the retest clears them)
+RETEST_Z = 3.0
+MAD_SCALE = 1.4826
+UPPER_QUARTILE = 0.6745  # a normal sample's upper quartile, in standard deviations
+
+
+def bar(count, pairs, alpha=ALPHA):
+    """t: a host of `count` in `pairs` pairs is suspect when its best pair's z is below -t."""
+    pairs = max(1, pairs)
+    return -NormalDist().inv_cdf((alpha / max(1, count)) ** (1 / pairs))
+
+
+def host_bar(count, pairs):
+    """bar(), never under RETEST_Z: on a few hosts the rate alone would make a host 12% slow in
+    three pairs a suspect (8 hosts: 1.6), and a busy machine does that."""
+    return max(RETEST_Z, bar(count, pairs))
+
+
+def _z(figures, skip=None):
+    """[(round, i, j, z)] of every pair measured with a bandwidth, and the spread used. The
+    reference of a round: the median of its pairs of hosts not in `skip`; on the first pass
+    (skip None, no suspects known yet), its upper quartile less a normal one's 0.674 spreads
+    (so that up to half of a round slow, a slow switch's pairs, leave it where it was)."""
+    rounds = {}
+    for number, i, j, link in figures.measured:
+        bw = link.bandwidth
+        if bw and bw > 0:
+            rounds.setdefault(number, []).append((i, j, math.log(bw)))
+    out, spread = [], []
+    first = skip is None
+    skip = skip or frozenset()
+    for number, items in rounds.items():
+        fair = [v for i, j, v in items if i not in skip and j not in skip]
+        if first and len(items) >= 4:
+            middle = statistics.quantiles([v for _, _, v in items], n=4)[2] - \
+                UPPER_QUARTILE * noise.SIGMA
+        else:
+            middle = statistics.median(fair or [v for _, _, v in items])
+        for i, j, v in items:
+            out.append((number, i, j, v - middle))
+            if i not in skip and j not in skip:
+                spread.append(abs(v - middle))
+    sigma = noise.SIGMA  # the first pass: the noise model's (half a round slow would swell
+    if not first and len(spread) >= 8:  # the fleet's own); then the fleet's, if wider
+        sigma = max(sigma, MAD_SCALE * statistics.median(spread))
+    return [(n, i, j, x / sigma) for n, i, j, x in out], sigma
+
+
+class Scores:
+    """The first pass's figures per host (best z, pairs) and per switch."""
+
+    def __init__(self, figures, skip=None):
+        self.z, self.sigma = _z(figures, skip)
+        self.live = {h for h in range(len(figures.names)) if h not in figures.unreachable}
+        self.best, self.count, self.cross, self.within = {}, {}, {}, {}
+        leaf = figures.leaf
+        for _, i, j, z in self.z:
+            for h in (i, j):
+                self.best[h] = max(self.best.get(h, -math.inf), z)
+                self.count[h] = self.count.get(h, 0) + 1
+            if leaf is not None:
+                if leaf[i] == leaf[j]:
+                    self.within.setdefault(leaf[i], []).append(z)
+                else:
+                    for h in (i, j):
+                        self.cross[h] = max(self.cross.get(h, -math.inf), z)
+
+    def host_bar(self, h):
+        return host_bar(len(self.live), self.count.get(h, 1))
+
+    def suspect_hosts(self):
+        return {h for h, best in self.best.items() if h in self.live and
+                best < -self.host_bar(h)}
+
+    def suspect_switches(self, figures):
+        """{switch index: its live hosts} of switches fine inside and slow outside."""
+        if figures.leaf is None:
+            return {}
+        found, behind = {}, {}
+        for h in sorted(self.live):
+            behind.setdefault(figures.leaf[h], []).append(h)
+        for s in range(len(figures.switch_names)):
+            members = behind.get(s, [])
+            cross = [self.cross[h] for h in members if h in self.cross]
+            inside = self.within.get(s, [])
+            if len(cross) < 2 or not inside:
+                continue
+            if statistics.median(cross) < -host_bar(len(self.live), 1) and \
+                    statistics.median(inside) > -RETEST_Z:
+                found[s] = members
+        return found
+
+
+def first_pass(figures, alpha=ALPHA):
+    """Suspect hosts, switches and links from the screen's rounds (two passes: the second with
+    the first's suspects out of each round's median and of the spread)."""
+    scores = Scores(figures)
+    for _ in range(2):
+        hosts = scores.suspect_hosts()
+        switches = scores.suspect_switches(figures)
+        skip = hosts | {h for members in switches.values() for h in members}
+        scores = Scores(figures, frozenset(skip))
+    hosts = scores.suspect_hosts()
+    switches = scores.suspect_switches(figures)
+    judgement = Judgement()
+    judgement.scores = scores
+    for h, (why, measure) in sorted(verdict.intra_suspects(figures).items()):
+        judgement.suspects.append(Finding("host", (h,), why, intra=True, measure=measure))
+    behind = {h: s for s, members in switches.items() for h in members}
+    for s, members in sorted(switches.items()):
+        cross = statistics.median(scores.cross[h] for h in members if h in scores.cross)
+        inside = statistics.median(scores.within[s])
+        judgement.suspects.append(Finding(
+            "switch", tuple(members), f"its {len(members)} hosts' pairs to hosts behind other "
+            f"switches are {_ratio(cross, scores.sigma):.2f}x the fleet's (z {cross:.1f}), among "
+            f"themselves {_ratio(inside, scores.sigma):.2f}x (z {inside:.1f})",
+            measure="bandwidth", switch=figures.switch_names[s]))
+    inside_slow = {f.hosts[0] for f in judgement.suspects if f.intra}
+    for h in sorted(hosts - inside_slow):
+        if h in behind:
+            inside = max((z for _, i, j, z in scores.z if h in (i, j) and
+                          figures.leaf[i] == figures.leaf[j]), default=None)
+            if inside is None or inside > -scores.host_bar(h):
+                continue  # slow only to the outside: its switch explains it
+        best = scores.best[h]
+        judgement.suspects.append(Finding(
+            "host", (h,), f"slow in all of its {scores.count[h]} pairs: its best "
+            f"{_ratio(best, scores.sigma):.2f}x the fleet's median in the same round (z "
+            f"{best:.1f}; the bar -{scores.host_bar(h):.1f}: at most {ALPHA:g} false alarms per "
+            "healthy fleet)", measure="bandwidth"))
+    named = {h for f in judgement.suspects for h in f.hosts}
+    link_bar = bar(max(1, len(scores.z)), 1, alpha)
+    for _, i, j, z in scores.z:
+        if z >= -link_bar or i in named or j in named:
+            continue
+        elsewhere = [max((w for _, a, b, w in scores.z if h in (a, b) and {a, b} != {i, j}),
+                         default=None) for h in (i, j)]
+        if all(w is not None and w > -scores.host_bar(h) for w, h in zip(elsewhere, (i, j))):
+            judgement.suspects.append(Finding(
+                "link", (i, j), f"{_ratio(z, scores.sigma):.2f}x the fleet's median in its "
+                f"round (z {z:.1f}, the bar -{link_bar:.1f}), both hosts in line in their other "
+                "pairs", measure="bandwidth"))
+    return judgement
+
+
+def _ratio(z, sigma):
+    return math.exp(z * sigma)
+
+
+def good_hosts(figures, judgement):
+    """Live hosts in no suspect, fastest (best pair) first."""
+    bad = {h for f in judgement.suspects for h in f.hosts}
+    best = judgement.scores.best
+    return sorted((h for h in range(len(figures.names))
+                   if h not in bad and h not in figures.unreachable),
+                  key=lambda h: -best.get(h, 0.0))
+
+
+def retest_plan(figures, judgement, per_host=2):
+    """(rounds, controls): rounds of disjoint pairs retesting every suspect (a host against
+    `per_host` good hosts, one a round; a link itself; a switch: `per_host` of its hosts, each
+    against a good host behind another switch), each beside a control pair of two good hosts
+    (controls: control pair -> the pair it is the yardstick of). Each finding's retested pairs
+    go to its .pairs."""
+    good = good_hosts(figures, judgement)
+    leaf = figures.leaf
+    wants = []  # [finding, suspect host or None (a link), hosts it may not meet, count]
+    for finding in judgement.suspects:
+        if finding.intra:
+            continue  # the within-host phase again
+        if finding.kind == "host":
+            wants.append([finding, finding.hosts[0], set(), per_host])
+        elif finding.kind == "link":
+            wants.append([finding, None, set(), per_host])
+    rounds, controls = [], {}
+    for finding in judgement.suspects:
+        if finding.kind == "switch":  # a round of its own: its uplink loaded as in the screen
+            rounds.append(_switch_round(finding, good, leaf, controls))
+    cursor = 0
+    while any(want[3] > 0 for want in wants) and len(rounds) < 4 * per_host + 4:
+        used, pairs = set(), []
+
+        def take(avoid):
+            nonlocal cursor
+            for step in range(len(good)):
+                g = good[(cursor + step) % len(good)]
+                if g not in used and avoid(g):
+                    cursor = (cursor + step + 1) % len(good)
+                    used.add(g)
+                    return g
+            return None
+
+        for want in wants:
+            finding, h, met, left = want
+            if left <= 0:
+                continue
+            if h is None:
+                pair = tuple(sorted(finding.hosts))
+                if used & set(pair):
+                    continue
+            else:
+                if h in used:
+                    continue
+                outside = finding.kind == "switch"
+                g = take(lambda g: g != h and g not in met and
+                         (not outside or leaf is None or leaf[g] != leaf[h]))
+                if g is None:
+                    want[3] = 0
+                    continue
+                met.add(g)
+                pair = (min(h, g), max(h, g))
+            used.update(pair)
+            pairs.append(pair)
+            finding.pairs.append(pair)
+            want[3] -= 1
+            a = take(lambda g: True)
+            b = take(lambda g: g != a) if a is not None else None
+            if b is not None:
+                control = (min(a, b), max(a, b))
+                pairs.append(control)
+                controls[control] = pair
+            else:
+                used.discard(a)
+        if not pairs:
+            break
+        rounds.append(sorted(pairs))
+    return rounds, controls
+
+
+def _switch_round(finding, good, leaf, controls):
+    """Every host behind the switch against a good host behind another, all at once (a slow
+    uplink shows only when its hosts load it), beside as many control pairs of the other good
+    hosts, across switches where they can be."""
+    members = set(finding.hosts)
+    outside = [g for g in good if leaf[g] != leaf[finding.hosts[0]]]
+    pairs = []
+    for h, g in zip(finding.hosts, outside):
+        pairs.append((min(h, g), max(h, g)))
+    finding.pairs += pairs
+    rest = [g for g in outside[len(pairs):] if g not in members]
+    spare = []
+    while len(rest) >= 2 and len(spare) < len(pairs):
+        a = rest.pop(0)
+        b = next((g for g in rest if leaf[g] != leaf[a]), rest[0])
+        rest.remove(b)
+        spare.append((min(a, b), max(a, b)))
+    for control, pair in zip(spare, pairs):
+        controls[control] = pair
+    return sorted(pairs + spare)
+
+
+def _retests(figures, pairs):
+    """[(pair, its Link, its control's pair and Link or None)] of every retest of `pairs`."""
+    controls = {(number, of): (pair, link) for number, pair, link, of in figures.retest_log
+                if of is not None}
+    return [(pair, link, controls.get((number, pair)))
+            for number, pair, link, of in figures.retest_log
+            if of is None and pair in pairs and link.bandwidth]
+
+
+def confirm(figures, judgement):
+    """Each suspect named when its retest is still below -RETEST_Z against the control pair
+    measured at the same time (or, with no control, against the first pass's median pair),
+    else cleared; then the unreachable hosts."""
+    sigma = judgement.scores.sigma
+    bws = [lk.bandwidth for _, i, j, lk in figures.measured if lk.bandwidth]
+    typical = statistics.median(bws) if bws else None
+    for finding in judgement.suspects:
+        if finding.intra:
+            verdict.confirm_intra(figures, judgement, finding)
+            continue
+        measured = _retests(figures, set(finding.pairs))
+        if not measured:
+            finding.text += " (not retested)"
+            judgement.findings.append(finding)
+            continue
+        against, words = [], []
+        for pair, again, control in measured:
+            bw = again.bandwidth
+            if control is not None and control[1].bandwidth:
+                z = math.log(bw / control[1].bandwidth) / (sigma * math.sqrt(2))
+            elif typical:
+                z, control = math.log(bw / typical) / sigma, None
+            else:
+                z, control = 0.0, None
+            against.append(z)
+            words.append(f"{figures.pair(*pair)} {figures.bw(bw)}" +
+                         (f" beside {figures.pair(*control[0])} {figures.bw(control[1].bandwidth)}"
+                          if control else ""))
+        # a host: its retests together (z's sum over the root of their number: one noisy
+        # control clears nothing); a link: the best of its retests (one descheduled rank on a
+        # busy machine made a healthy pair 0.17x its control); a switch: the median of its
+        # hosts' (one noisy fast pair among them clears nothing)
+        if finding.kind == "switch":
+            best = statistics.median(against)
+        elif finding.kind == "link":
+            best = max(against)
+        else:  # and every retest slow by half the bar at least
+            best = sum(against) / math.sqrt(len(against))
+            best = best if max(against) < -RETEST_Z / 2 else max(against)
+        what = ", ".join(words[:3]) + (f" and {len(words) - 3} more pairs" if len(words) > 3
+                                       else "")
+        name = finding.switch or ("-".join(figures.names[h] for h in finding.hosts)
+                                  if finding.kind == "link" else figures.names[finding.hosts[0]])
+        if best < -RETEST_Z:
+            finding.retested = True
+            finding.text += f"; retested: {what} (z {best:.1f} against the control)"
+            judgement.findings.append(finding)
+        else:
+            slow_alone = typical and all(
+                again.bandwidth < typical * math.exp(-RETEST_Z * sigma)
+                for _, again, _ in measured)
+            judgement.cleared.append(
+                f"{finding.kind} {name} was slow in the screen ({finding.text}) " +
+                ("and when retested, but so was the control pair beside it: the machine was "
+                 f"busy, not the {finding.kind} ({what})" if slow_alone else
+                 f"but not when retested ({what}): noise"))
+    for h in sorted(figures.unreachable):
+        judgement.findings.append(Finding("unreachable", (h,), figures.unreachable_why.get(
+            h, "did not answer within --timeout")))
+    return judgement

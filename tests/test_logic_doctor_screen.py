@@ -1,0 +1,243 @@
+"""doctor.py at fleet scale, in-process: the screen's plan (plan.py), its verdict (fleet.py) on
+the modelled fabric (model.py, small fleets), the topology.conf reader (topology.py)."""
+
+import itertools
+from statistics import NormalDist
+
+import pytest
+
+from commbench.doctor import fleet, model, plan, topology
+from commbench.doctor.verdict import Figures, Link
+from commbench.errors import UsageError
+
+pytestmark = pytest.mark.fast
+
+GBPS = 1e9 / 8
+
+
+# --------------------------------------------------------------------------- the plans
+
+def test_auto_is_full_up_to_the_stated_count_and_the_screen_above():
+    assert plan.resolve("auto", plan.AUTO_FULL_HOSTS) == "full"
+    assert plan.resolve("auto", plan.AUTO_FULL_HOSTS + 1) == "screen"
+    assert plan.resolve("screen", 4) == "screen" and plan.resolve("full", 4096) == "full"
+    assert len(plan.make("full", 8)) == 7 and len(plan.make("screen", 8, rounds=5)) == 5
+
+
+@pytest.mark.parametrize("count", [8, 9, 64])
+def test_screen_rounds_are_perfect_matchings_drawn_with_the_seed(count):
+    screen = plan.Screen(count, rounds=3, seed=7)
+    first = screen.round(0)
+    hosts = [h for pair in first for h in pair]
+    assert len(hosts) == len(set(hosts)) and len(first) == count // 2
+    assert plan.Screen(count, 3, seed=7).round(0) == first
+    assert plan.Screen(count, 3, seed=8).round(0) != first
+
+
+def test_from_the_second_round_the_slowest_is_paired_with_the_fastest_and_no_pair_twice():
+    screen = plan.Screen(8, rounds=3, seed=1)
+    first = screen.round(0)
+    figure = {h: float(h) for h in range(8)}  # host 0 slowest, 7 fastest
+    second = screen.round(1, figure)
+    assert (0, 7) in second or (0, 7) in first  # the slowest met the fastest (if not before)
+    assert not set(first) & set(second)
+    hosts = [h for pair in second for h in pair]
+    assert sorted(hosts) == list(range(8))
+    assert screen.round(2, figure, gone={3}) and all(3 not in p for p in screen.round(2, figure,
+                                                                                      gone={3}))
+
+
+def test_with_a_topology_the_first_round_is_inside_switches_the_next_across():
+    leaf = [h // 4 for h in range(16)]
+    screen = plan.Screen(16, rounds=3, seed=2, leaf=leaf)
+    assert all(leaf[a] == leaf[b] for a, b in screen.round(0))
+    figure = {h: float(h % 5) for h in range(16)}
+    assert all(leaf[a] != leaf[b] for a, b in screen.round(1, figure))
+
+
+# --------------------------------------------------------------------------- the verdict's rule
+
+def test_the_bar_gives_the_stated_false_alarm_rate_at_normal_noise():
+    for count, pairs in [(64, 3), (1024, 3), (4096, 5)]:
+        t = fleet.bar(count, pairs)
+        assert fleet.host_bar(count, pairs) == max(t, fleet.RETEST_Z)
+        assert count * NormalDist().cdf(-t) ** pairs == pytest.approx(fleet.ALPHA)
+
+
+def _check(**faults):
+    return model.check(model.Fabric(64, seed=faults.pop("seed", 0), **faults), seed=3)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_healthy_modelled_fleets_name_nothing(seed):
+    outcome = _check(seed=seed)
+    assert outcome.named() == set(), [f.text for f in outcome.judgement.findings]
+    assert outcome.rounds <= 5
+
+
+@pytest.mark.parametrize("factor", [0.5, 0.1, 0.02])
+def test_a_slow_host_is_named_exactly_in_a_few_rounds(factor):
+    outcome = _check(slow_hosts={21: factor}, seed=5)
+    assert outcome.named() == {("host", "n0022")}, outcome.judgement.cleared
+    assert outcome.rounds <= 5  # 3 of the screen, 2 of retests
+    (finding,) = outcome.judgement.findings
+    assert "slow in all of its 3 pairs" in finding.text and "retested:" in finding.text
+
+
+def test_a_slow_uplink_names_its_switch_not_its_hosts():
+    outcome = _check(slow_uplinks={2: 0.5}, seed=6)
+    assert outcome.named() == {("switch", "s3")}, [f.text for f in outcome.judgement.suspects]
+    (finding,) = outcome.judgement.findings
+    assert sorted(finding.hosts) == list(range(32, 48))
+
+
+def test_without_the_topology_a_slow_uplink_is_its_hosts():
+    outcome = model.check(model.Fabric(64, seed=6, slow_uplinks={2: 0.5}), seed=3,
+                          topology=False)
+    named = outcome.named()  # never a switch: nothing says which; at most hosts behind it
+    behind = {f"n{h + 1:04d}" for h in range(32, 48)}
+    assert all(kind in ("host", "link") and set(names) & behind for kind, *names in named), named
+    suspects = [f for f in outcome.judgement.suspects]
+    assert suspects and all(f.kind != "switch" for f in suspects)
+
+
+def test_a_dead_host_is_named_unreachable_and_the_rest_goes_on():
+    outcome = _check(dead={9: 1}, seed=2)
+    assert outcome.named() == {("unreachable", "n0010")}
+
+
+def _by_hand(retest_gbps, control_gbps):
+    """8 hosts screened, host 0 slow in all its pairs; its retests and their control pairs at
+    the figures given."""
+    figures = Figures([f"n{h}" for h in range(8)], 0.5)
+    for number, pairs in enumerate([[(0, 1), (2, 3), (4, 5), (6, 7)],
+                                    [(0, 7), (1, 6), (2, 5), (3, 4)],
+                                    [(0, 6), (1, 7), (2, 4), (3, 5)]]):
+        for a, b in pairs:
+            bw = (3.0 if a == 0 else 6.0 + 0.05 * (a + b)) * GBPS
+            figures.measured.append((number, a, b, Link(20e-6, bw, bw, 2 * bw)))
+            figures.links[(a, b)] = figures.measured[-1][3]
+    judgement = fleet.first_pass(figures)
+    assert [(f.kind, f.hosts) for f in judgement.suspects] == [("host", (0,))]
+    rounds, controls = fleet.retest_plan(figures, judgement)
+    assert len(rounds) == 2 and len(controls) == 2
+    for number, pairs in enumerate(rounds, 3):
+        hosts = [h for p in pairs for h in p]
+        assert len(hosts) == len(set(hosts))  # disjoint: measured at once
+        for pair in pairs:
+            bw = (control_gbps if pair in controls else retest_gbps) * GBPS
+            link = Link(20e-6, bw, bw, 2 * bw)
+            figures.retest_log.append((number, pair, link, controls.get(pair)))
+    return fleet.confirm(figures, judgement)
+
+
+def test_a_retest_slow_beside_a_fast_control_names_the_host():
+    judgement = _by_hand(retest_gbps=3.0, control_gbps=6.0)
+    assert [f.hosts for f in judgement.findings] == [(0,)]
+    assert "beside" in judgement.findings[0].text
+
+
+def test_a_retest_as_slow_as_its_control_names_nothing_the_machine_was_busy():
+    judgement = _by_hand(retest_gbps=3.0, control_gbps=3.1)
+    assert judgement.findings == []
+    (line,) = judgement.cleared
+    assert "so was the control pair beside it: the machine was busy" in line
+
+
+# --------------------------------------------------------------------------- topology.conf
+
+CONF = """# a two-level tree
+SwitchName=s1 Nodes=node[01-03] LinkSpeed=100
+SwitchName=s2 Nodes=node[04-05,07],gpu1
+SwitchName=spine Switches=s[1-2]
+"""
+
+
+def test_topology_conf_with_hostlist_ranges():
+    topo = topology.parse("t.conf", CONF)
+    assert topo.leaf_of == {"node01": "s1", "node02": "s1", "node03": "s1", "node04": "s2",
+                            "node05": "s2", "node07": "s2", "gpu1": "s2"}
+    assert topo.switches["spine"].switches == ["s1", "s2"]
+    names = ["node01", "node04", "gpu1", "node02", "node03", "node05", "node07"]
+    assert topology.check(topo, names).leaf_index(names) == [0, 1, 1, 0, 0, 1, 1]
+    assert topology.expand("r[1-2]n[08-09]") == ["r1n08", "r1n09", "r2n08", "r2n09"]
+
+
+@pytest.mark.parametrize("text,message", [
+    (CONF + "SwitchName=s3 Nodes=node02\n",
+     "t.conf:5: host node02 is under two switches, s1 (line 2) and s3"),
+    ("SwitchName=a Switches=b\nSwitchName=b Switches=a\nSwitchName=c Nodes=n1\n",
+     "t.conf:1: a cycle of switches: "),
+    ("SwitchName=a Switches=zz\n", "t.conf:1: switch a names switch zz, which no SwitchName="),
+    ("SwitchName=a Nodes=n[3-1]\n", "t.conf:1: '3-1' in 'n[3-1]' is not a number or a range"),
+    ("Nodes=n1\n", "t.conf:1: a line names its switch with SwitchName="),
+])
+def test_a_bad_topology_is_one_line_naming_the_line(text, message):
+    with pytest.raises(UsageError) as error:
+        topology.parse("t.conf", text)
+    assert str(error.value).startswith(f"--topology {message}"), str(error.value)
+
+
+def test_a_topology_held_against_the_check_s_hosts():
+    topo = topology.parse("t.conf", CONF)
+    with pytest.raises(UsageError, match=r"t.conf:3: unknown host gpu1: the check runs on"):
+        topology.check(topo, ["node01", "node02", "node03", "node04", "node05", "node07"])
+    with pytest.raises(UsageError, match=r"host node09 of the check is under no switch"):
+        topology.check(topo, list(topo.leaf_of) + ["node09"])
+
+
+def test_every_pair_in_the_full_plan_still():
+    full = plan.make("full", 6)
+    pairs = [p for n in range(len(full)) for p in full.round(n)]
+    assert sorted(pairs) == list(itertools.combinations(range(6), 2))
+
+
+# --------------------------------------------------------------------------- the whole fleet
+
+def test_halves_are_whole_switches_with_a_topology_else_host_order():
+    from commbench.doctor import bisect
+    leaf = [h // 4 for h in range(16)]
+    assert bisect.halves(list(range(16)), leaf) == (list(range(8)), list(range(8, 16)))
+    assert bisect.halves(list(range(4, 16)), leaf) == (list(range(4, 12)), list(range(12, 16)))
+    assert bisect.halves([8, 9, 10, 11], leaf) == ([8, 9], [10, 11])  # one switch: by order
+    assert bisect.halves(list(range(6)), None) == ([0, 1, 2], [3, 4, 5])
+
+
+@pytest.mark.parametrize("topology,want", [
+    (True, {("switch", "s3")}),
+    (False, {("group",) + tuple(f"n{h + 1:04d}" for h in range(32, 48))})])
+def test_a_switch_congested_under_a_collective_only_is_bisected_to(topology, want):
+    """No pair shows it (the screen names nothing); the fleet-wide collective runs at about
+    0.5x its pairs' prediction, the halves at once, the slower split again: the switch (or
+    without the topology its 16 hosts, as a group)."""
+    fabric = model.Fabric(64, seed=0, congested={2: 0.5})
+    outcome = model.check(fabric, seed=3, topology=topology, whole=True)
+    assert outcome.named() == want, [f.text for f in outcome.judgement.findings]
+    (finding,) = outcome.judgement.findings
+    whole = outcome.figures.fleet_log[0]
+    assert whole[2] / whole[3] < 0.75  # the fleet's collective against its pairs' prediction
+    assert f"the fleet-wide collective ran at {whole[2] / whole[3]:.2f}x what its pairs " \
+        "predict; bisected in" in finding.text, finding.text
+    sizes = [len(group) for _, group, _, _ in outcome.figures.fleet_log]
+    assert sizes[0] == 64 and sizes[1:3] == [32, 32]  # the whole fleet, then its halves
+    assert outcome.rounds == 3 + len({number for number, *_ in outcome.figures.fleet_log})
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_fleet_wide_collective_names_nothing_on_healthy_fleets(seed):
+    outcome = model.check(model.Fabric(64, seed=seed), seed=3, whole=True)
+    assert outcome.named() == set(), [f.text for f in outcome.judgement.findings]
+    assert outcome.figures.fleet_log[0][1] == tuple(range(64))
+
+
+def test_halves_alike_name_nothing_the_machine_was_busy():
+    """The whole fleet slow and both halves as slow (a busy machine, or the whole fabric)."""
+    from commbench.doctor import bisect
+    figures = Figures([f"h{i}" for i in range(8)], 0.5)
+    link = Link(latency_s=1e-5, forward_Bps=GBPS, backward_Bps=GBPS, both_Bps=2 * GBPS)
+    figures.measured = [(0, a, a + 1, link) for a in range(0, 8, 2)]
+    judgement = fleet.first_pass(figures)
+    fleet.confirm(figures, judgement)
+    rounds = bisect.run(figures, judgement, lambda groups, n: [0.5 * GBPS] * len(groups), 1)
+    assert rounds == 3 and judgement.findings == []  # the fleet, its halves twice
+    assert "its halves alike: the machine was busy" in judgement.cleared[-1]

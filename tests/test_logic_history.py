@@ -1,0 +1,328 @@
+"""The results database's logic in-process (commbench/db, commbench/prometheus.py): the schema
+and its migration, a run written and read back, import of results files written before, the
+change points on series made up here, the Prometheus file parsed back by prometheus_client's own
+parser. Real SQLite files in a temporary folder; no ranks."""
+
+import json
+import math
+import re
+import sqlite3
+from pathlib import Path
+
+import numpy
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from commbench import outputs, results
+from commbench.db import history, schema, store as stores
+from commbench.prometheus import PrometheusFile
+from commbench.report import history as report_history
+
+pytestmark = pytest.mark.fast
+
+FIXTURES = Path(__file__).parent / "fixtures"
+META = {"ops": ["all_reduce"], "dist": "torch", "backend": "gloo", "device": "cpu",
+        "world_size": 2, "hostnames": ["h0", "h0"], "reduce_op": "sum",
+        "command": ["python", "all_reduce.py"], "versions": {"torch": "2.13.0"}}
+
+
+def record(size, seconds, op="all_reduce"):
+    return {"op": op, "dtype": "float32", "world_size": 2, "size_bytes": size,
+            "numel": size // 4, "element_size": 4, "duration_s": seconds,
+            "busbw_Bps": size / seconds, "throughput_Bps": 2 * size / seconds, "wrong": 0,
+            "stats": {"min_s": seconds * 0.9, "cv": float("nan")}}
+
+
+def write_run(store, figures, tag=None, complete=True):
+    writer = stores.RunWriter(store, {**META, "start_time": "2026-12-03T05:00:00+0000"}, tag)
+    for size, seconds in figures:
+        writer.add(record(size, seconds))
+    if complete:
+        writer.close()
+    return writer.run_id
+
+
+def test_a_run_reads_back_as_written_nan_and_all(tmp_path):
+    store = stores.Store(tmp_path / "r.db")
+    run = write_run(store, [(8, 1e-5), (1 << 20, 1e-3)], tag="nightly")
+    meta, records = store.records(run)
+    assert meta["hostnames"] == ["h0", "h0"]
+    assert records[0]["size_bytes"] == 8 and records[1]["busbw_Bps"] == (1 << 20) / 1e-3
+    assert math.isnan(records[0]["stats"]["cv"])
+    (row,) = store.runs(tag="nightly")
+    assert row["complete"] and row["kind"] == "ops" and row["world_size"] == 2
+    assert json.loads(row["command"]) == ["python", "all_reduce.py"]
+    assert store.runs(tag="other") == []
+    with sqlite3.connect(tmp_path / "r.db") as plain:
+        assert plain.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.close()
+
+
+def test_an_unclosed_run_keeps_its_records_marked_incomplete(tmp_path):
+    store = stores.Store(tmp_path / "r.db")
+    run = write_run(store, [(8, 1e-5), (16, 1e-5)], complete=False)
+    store.close()  # the process died here
+    store = stores.Store(tmp_path / "r.db")
+    (row,) = store.runs()
+    assert not row["complete"] and row["finished_at"] is None
+    assert len(store.records(run)[1]) == 2
+    store.close()
+
+
+def test_an_old_schema_migrates_forward_and_a_newer_one_is_refused(tmp_path):
+    path = tmp_path / "v1.db"
+    engine_store = stores.Store(path)  # then take it back to version 1, as an old one wrote it
+    engine_store.close()
+    with sqlite3.connect(path) as plain:
+        plain.execute("DROP INDEX ix_runs_tag")
+        plain.execute("DROP INDEX ix_results_run")
+        plain.execute("UPDATE schema_version SET version = 1")
+    store = stores.Store(path)
+    assert store.migrated_from == 1
+    store.close()
+    with sqlite3.connect(path) as plain:
+        assert plain.execute("SELECT version FROM schema_version").fetchone()[0] == schema.VERSION
+        names = {r[0] for r in plain.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        assert {"ix_runs_tag", "ix_results_run"} <= names
+        plain.execute("UPDATE schema_version SET version = ?", (schema.VERSION + 1,))
+    with pytest.raises(schema.NewerSchema) as refused:
+        stores.Store(path)
+    assert "newer than this commbench's" in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_file_that_is_no_database_is_one_error(tmp_path):
+    path = tmp_path / "not.db"
+    path.write_text("hello " * 1000)
+    with pytest.raises(stores.StoreError) as error:
+        stores.Store(path)
+    assert str(path) in str(error.value) and "\n" not in str(error.value)
+
+
+def test_import_of_results_files_written_before_is_figure_for_figure(tmp_path):
+    store = stores.Store(tmp_path / "r.db")
+    for name in ("curves_2ranks.jsonl", "all_reduce_overlap.jsonl"):
+        path = FIXTURES / name
+        run = stores.import_file(store, path, tag="old")
+        assert run is not None
+        meta, records = store.records(run)
+        file_meta, file_records = results.read_all(path)
+        assert meta == {k: v for k, v in file_meta.items() if k != "type"}
+        assert records == [{k: v for k, v in r.items() if k != "type"} for r in file_records]
+        assert stores.import_file(store, path) is None  # once only
+    assert len(store.runs(tag="old")) == 2
+    store.close()
+
+
+def test_a_csv_file_imports_too(tmp_path):
+    path = tmp_path / "run.csv"
+    writer = results.open_writer(str(path), dict(META))
+    writer.add(record(1024, 2e-5))
+    writer.close()
+    store = stores.Store(tmp_path / "r.db")
+    run = stores.import_file(store, path)
+    (row,) = store.records(run)[1]
+    assert row["size_bytes"] == 1024 and row["duration_s"] == 2e-5 and row["backend"] == "gloo"
+    store.close()
+
+
+def test_urls_map_to_their_drivers(tmp_path):
+    assert stores.database_url("postgresql://u:secret@h/db").drivername == "postgresql+psycopg"
+    assert stores.database_url("postgres://u@h/db").drivername == "postgresql+psycopg"
+    url = stores.database_url(str(tmp_path / "sub" / "x.db"))
+    assert url.drivername == "sqlite" and (tmp_path / "sub").is_dir()
+    assert "secret" not in stores.shown(stores.database_url("postgresql://u:secret@h/db"))
+
+
+def test_the_database_comes_from_the_environment(monkeypatch):
+    class Args:
+        db = None
+    monkeypatch.setenv("COMMBENCH_DB", "/tmp/x.db")
+    assert outputs.database(Args()) == "/tmp/x.db"
+    Args.db = "/tmp/y.db"
+    assert outputs.database(Args()) == "/tmp/y.db"
+
+
+# --------------------------------------------------------------------------- change points
+
+def noisy(count, spread, rng, drop_at=None, drop=0.10):
+    values = 1e9 * (1 + spread * rng.standard_normal(count))
+    if drop_at is not None:
+        values[drop_at:] *= 1 - drop
+    return values
+
+
+def test_a_drop_is_found_at_its_run_with_an_interval_around_it():
+    rng = numpy.random.default_rng(5)
+    hits = 0
+    for _ in range(40):
+        changes = history.change_points(noisy(100, 0.03, rng, drop_at=50))
+        assert len(changes) >= 1
+        nearest = min(changes, key=lambda c: abs(c.at - 50))
+        hits += abs(nearest.at - 50) <= 2
+        assert nearest.low < nearest.ratio < nearest.high
+        assert nearest.low < 0.9 < nearest.high or abs(nearest.ratio - 0.9) < 0.03
+    assert hits >= 36
+
+
+def test_no_change_is_claimed_in_steady_series():
+    rng = numpy.random.default_rng(6)
+    claimed = sum(bool(history.change_points(noisy(100, 0.05, rng))) for _ in range(200))
+    assert claimed <= 6  # alpha 0.01 per test, binary segmentation only below a first claim
+
+
+def test_one_wild_run_is_not_a_change():
+    values = noisy(60, 0.02, numpy.random.default_rng(7))
+    values[30] *= 10
+    assert history.change_points(values) == []
+
+
+def test_too_few_runs_are_said_so(tmp_path):
+    store = stores.Store(tmp_path / "r.db")
+    for seconds in (1e-5, 1.1e-5):
+        write_run(store, [(8, seconds), (16, seconds)])
+    (series,) = history.judge(history.load(store))
+    store.close()
+    assert series.metric == "latency" and series.count == 2 and len(series.values) == 2
+    assert series.values[0] == pytest.approx(1e-5)
+    assert report_history.verdict(series).startswith(
+        "no change claimed: 2 runs are too few to judge one (it takes 10)")
+
+
+def test_history_bands_and_a_change_through_the_database(tmp_path):
+    store = stores.Store(tmp_path / "r.db")
+    rng = numpy.random.default_rng(8)
+    for number in range(30):
+        slow = 1.5 if number >= 20 else 1.0
+        write_run(store, [(size, slow * (1e-5 + size / 1e9) * (1 + 0.01 * rng.standard_normal()))
+                          for size in (8, 1024, 1 << 17, 1 << 21)], tag="lab")
+    write_run(store, [(8, 1.0)], tag="elsewhere")
+    found = history.judge(history.load(store, tag="lab"))
+    store.close()
+    assert [s.key[-1] for s in found] == ["large", "medium", "small"]
+    for series in found:
+        assert len(series.values) == 30
+        (change,) = series.changes
+        assert change.at == 20 and series.runs[change.at] == 21
+        expected = 1.5 if series.metric == "latency" else 1 / 1.5
+        assert change.ratio == pytest.approx(expected, rel=0.03)
+    text = report_history.render(found, last=5)
+    assert "(25 earlier runs not shown" in text and "<- changed" not in text.split("\n")[2]
+    assert "changed at run 21 (2026-12-03T05:00:00+0000; 21 of the 30 runs here): +" in text
+    assert re.search(r": \+(49|50)\.\d% \[\+\d+\.\d%, \+\d+\.\d%\] \(worse", text)
+    assert "-33." in text and "-33." in text.split("medium")[1]  # bandwidth: 1 / 1.5
+
+
+# --------------------------------------------------------------------------- Prometheus
+
+def test_the_prometheus_file_parses_back_with_its_figures(tmp_path):
+    path = tmp_path / "commbench.prom"
+    sink = PrometheusFile(str(path), META, "nightly")
+    sink.add(record(8, 1e-5))
+    sink.add({**record(1024, 3e-5), "window": 0})  # a --repeat window: not the figure
+    sink.add(record(1024, 2e-5))
+    sink.write()
+    families = {f.name: f for f in text_string_to_metric_families(path.read_text())}
+    busbw = {s.labels["size_bytes"]: s
+             for s in families["commbench_busbw_bytes_per_second"].samples}
+    assert busbw["1024"].value == 1024 / 2e-5
+    assert busbw["8"].labels == {"backend": "gloo", "dist": "torch", "tag": "nightly",
+                                 "op": "all_reduce", "dtype": "float32", "groups": "world",
+                                 "group": "", "size_bytes": "8"}
+    latency = {s.labels["size_bytes"]: s.value
+               for s in families["commbench_latency_seconds"].samples}
+    assert latency == {"8": 1e-5, "1024": 2e-5}
+    assert not list(tmp_path.glob("*.tmp*"))  # written beside and renamed
+
+
+def test_doctor_findings_are_gauges_with_host_labels(tmp_path):
+    path = tmp_path / "doctor.prom"
+    sink = PrometheusFile(str(path), {**META, "ops": ["doctor"]}, None)
+    sink.add({"type": "doctor", "phase": "intra", "host": "n0", "busbw_Bps": 5e9,
+              "latency_s": 1e-5})
+    sink.add({"type": "doctor", "phase": "pairs", "hosts": ["n0", "n1"], "latency_s": 2e-5,
+              "forward_Bps": 1e9, "backward_Bps": 2e9, "both_Bps": 3e9})
+    sink.add({"type": "verdict", "healthy": False, "suspect_hosts": ["n1"], "unreachable": [],
+              "suspect_links": [["n0", "n1"]]})
+    sink.write()
+    samples = [s for f in text_string_to_metric_families(path.read_text()) for s in f.samples]
+    named = {(s.name, s.labels.get("host"), s.labels.get("direction")): s.value for s in samples}
+    assert named[("commbench_doctor_healthy", None, None)] == 0
+    assert named[("commbench_doctor_suspect_host", "n1", None)] == 1
+    assert named[("commbench_doctor_suspect_host", "n0", None)] == 0
+    assert named[("commbench_doctor_link_bytes_per_second", None, "backward")] == 2e9
+    assert named[("commbench_doctor_host_busbw_bytes_per_second", "n0", None)] == 5e9
+    assert named[("commbench_doctor_suspect_link", None, None)] == 1
+
+
+# --------------------------------------------------------------------------- compare --db
+
+def results_file(path, seconds_by_size):
+    writer = results.open_writer(str(path), {**META, "dtype": "float32"})
+    for size, seconds in seconds_by_size:
+        writer.add(record(size, seconds))
+    writer.close()
+    return str(path)
+
+
+def test_compare_of_single_runs_knows_the_run_to_run_spread_from_the_database(tmp_path, capsys):
+    from commbench.report.cli import main as report
+    sizes = (8, 1024, 1 << 20, 1 << 21)
+    store = stores.Store(tmp_path / "r.db")
+    rng = numpy.random.default_rng(9)
+    for _ in range(12):  # the same command again and again: 10% apart run to run
+        write_run(store, [(s, (1e-5 + s / 1e9) * math.exp(0.1 * rng.standard_normal()))
+                          for s in sizes])
+    store.close()
+    a = results_file(tmp_path / "a.jsonl", [(s, 1e-5 + s / 1e9) for s in sizes])
+    near = results_file(tmp_path / "near.jsonl", [(s, 1.1 * (1e-5 + s / 1e9)) for s in sizes])
+    far = results_file(tmp_path / "far.jsonl", [(s, 3 * (1e-5 + s / 1e9)) for s in sizes])
+    assert report(["compare", a, near]) == 0
+    assert "one run each: differences under the run-to-run spread are unknown here and cannot " \
+           "be told apart" in capsys.readouterr().out
+    assert report(["compare", a, near, "--db", str(tmp_path / "r.db")]) == 0
+    out = capsys.readouterr().out
+    assert "no difference beyond the run-to-run noise at small messages (+10% [" in out
+    assert "against the spread of 12 runs in the database" in out and "one run each" not in out
+    assert report(["compare", a, far, "--db", str(tmp_path / "r.db")]) == 0
+    out = capsys.readouterr().out
+    assert "slower at small messages: +200% [" in out and "slower at large messages: +200% [" in out
+
+
+def test_beside_a_commands_own_writer_a_run_stopped_by_an_error_stays_incomplete(tmp_path):
+    """replay.py's and parallel_bench.py's --db (outputs.Beside): the rows as the file gets them;
+    closed as an error stops the run, the run incomplete and no Prometheus file written."""
+    class Lines:
+        def __init__(self):
+            self.records, self.closed = [], False
+
+        def write(self, record):
+            self.records.append(record)
+
+        def close(self):
+            self.closed = True
+
+    path = str(tmp_path / "r.db")
+    for fails in (False, True):
+        own, prom = Lines(), tmp_path / f"fails-{fails}.prom"
+        extras = outputs.Outputs(db=stores.RunWriter(stores.Store(path), {"kind": "replay"}),
+                                 prometheus=PrometheusFile(str(prom), {}, None))
+        writer = outputs.Beside(own, extras)
+        try:
+            try:
+                writer.write({"type": "replay_summary", "pass_s": {"median": 0.5}})
+                if fails:
+                    raise RuntimeError("stopped")
+            finally:
+                writer.close()
+        except RuntimeError:
+            pass
+        assert own.closed and own.records == [{"type": "replay_summary",
+                                               "pass_s": {"median": 0.5}}]
+        assert prom.exists() is not fails
+    store = stores.Store(path)
+    try:
+        runs = store.runs()
+        assert [(r["kind"], r["complete"]) for r in runs] == [("replay", True), ("replay", False)]
+        assert store.records(runs[1]["id"])[1] == own.records
+    finally:
+        store.close()

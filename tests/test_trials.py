@@ -1,0 +1,304 @@
+"""--per-trial, `report.py trials` and a --timeout that names the rank that did not come
+(docs/trials.md): a rank slowed every 5th trial named the straggler with period 5; a rank
+SIGSTOPped under torchrun named by rank 0 with its host and where it was last seen. The logic
+(period, drift, stragglers, the encoding, the naming) in-process."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from commbench import results, trials as encoding, whereabouts
+from commbench.report import cli as report_cli, trials
+from support import ROOT, assert_no_traceback, base_env, free_port, launch, launcher_command
+
+
+def _timing(durations, arrivals, error=1e-5):
+    class T:
+        pass
+    t = T()
+    t.trials, t.arrivals, t.origin_error = durations, arrivals, error
+    return t
+
+
+def _write(path, per_rank_durations, per_rank_arrivals, op="all_reduce", size=64):
+    entry = encoding.encode([encoding.figures(_timing(d, a)) for d, a in
+                             zip(per_rank_durations, per_rank_arrivals)],
+                            list(range(len(per_rank_durations))))
+    writer = results.open_writer(str(path), {"world_size": len(per_rank_durations),
+                                             "hostnames": ["h0", "h1", "h2"], "dist": "torch",
+                                             "backend": "gloo", "dtype": "float"})
+    writer.add({"op": op, "size_bytes": size, "duration_s": 1e-3, "per_trial": entry,
+                "world_size": len(per_rank_durations), "numel": size // 4, "element_size": 4,
+                "dtype": "float32", "busbw_Bps": 1e6, "throughput_Bps": 1e6})
+    writer.close()
+
+
+def _arrivals(count, late_rank=None, every=5, late=0.01, ranks=3):
+    return [[i * 1e-3 + (late if r == late_rank and (i + 1) % every == 0 else 0.0)
+             for i in range(count)] for r in range(ranks)]
+
+
+@pytest.mark.fast
+def test_encoding_round_trip_and_size():
+    """float32 microseconds: 8 bytes a trial and rank, as the docs state for 1,000 x 64."""
+    per_rank = [encoding.figures(_timing([1e-3 + r * 1e-6] * 1000, [r * 1e-6] * 1000))
+                for r in range(64)]
+    entry = encoding.encode(per_rank, list(range(64)))
+    assert len(entry["duration_us"]) + len(entry["arrival_us"]) == 2 * 4 * ((64000 * 4 + 2) // 3)
+    ranks, durations, arrivals, error = encoding.decode(entry)
+    assert ranks == list(range(64)) and abs(durations[5][0] - 1.005e-3) < 1e-9
+    assert abs(arrivals[63][0] - 63e-6) < 1e-9 and arrivals[0][0] == 0
+
+
+@pytest.mark.fast
+def test_period_straggler_and_quiet_run(tmp_path):
+    """Spikes every 5th trial from rank 2: period 5 and rank 2 named; a quiet run with a few
+    random spikes: no period and no straggler; drift found only where the times climb."""
+    count = 60
+    spiky = [[1e-3 + (10e-3 if (i + 1) % 5 == 0 else 0.0) + (i % 3) * 1e-6 for i in range(count)]
+             for _ in range(3)]
+    _write(tmp_path / "spiky.jsonl", spiky, _arrivals(count, late_rank=2))
+    (s,) = trials.analyse(str(tmp_path / "spiky.jsonl"))
+    assert s["period"]["trials"] == 5 and s["straggler"] == 2 and s["stragglers"][0]["last"] >= 12
+    assert abs(s["period"]["seconds"] - (4 * 1e-3 + 11e-3)) < 1e-4
+    text = trials.render([s])
+    assert "period 5 trials" in text and "rank 2 on h2" in text and "first trial" in text
+    quiet = [[1e-3 + (5e-3 if i in (7, 23, 41) else 0.0) + (i % 4) * 1e-6 for i in range(count)]
+             for _ in range(3)]
+    _write(tmp_path / "quiet.jsonl", quiet, [[(i * 7 + r * 3) % 5 * 1e-6 for i in range(count)]
+                                            for r in range(3)])
+    (q,) = trials.analyse(str(tmp_path / "quiet.jsonl"))
+    assert q["spikes"] == [8, 24, 42] and q["period"] is None and q["straggler"] is None
+    assert "no period" in trials.render([q]) and q["drift"][1] <= 0 <= q["drift"][2]
+    climbing = [[1e-3 + i * 1e-5 + (i % 2) * 1e-6 for i in range(count)] for _ in range(3)]
+    _write(tmp_path / "climb.jsonl", climbing, _arrivals(count))
+    (c,) = trials.analyse(str(tmp_path / "climb.jsonl"))
+    assert c["drift"][1] > 0 and ": drift" in trials.render([c])
+
+
+@pytest.mark.fast
+def test_the_html_page_shows_the_trials(tmp_path):
+    from commbench.report import html
+    count = 30
+    _write(tmp_path / "run.jsonl", [[1e-3 + (1e-2 if (i + 1) % 5 == 0 else 0) for i in range(count)]
+                                    for _ in range(3)], _arrivals(count, late_rank=1))
+    page = html.render([str(tmp_path / "run.jsonl")])
+    section = page.split("Trial by trial")[1]
+    assert "period 5 trials" in section and "rank 1 on h1" in section and "first trial" in section
+
+
+@pytest.mark.fast
+def test_bad_or_missing_per_trial_data_is_one_line(tmp_path, capsys):
+    _write(tmp_path / "bad.jsonl", [[1e-3] * 10] * 3, _arrivals(10))
+    lines = (tmp_path / "bad.jsonl").read_text().splitlines()
+    record = json.loads(lines[1])
+    record["per_trial"]["duration_us"] = record["per_trial"]["duration_us"][:-8]
+    (tmp_path / "bad.jsonl").write_text(lines[0] + "\n" + json.dumps(record) + "\n")
+    writer = results.open_writer(str(tmp_path / "none.jsonl"), {"world_size": 2})
+    writer.add({"op": "all_reduce", "size_bytes": 8, "duration_s": 1e-3})
+    writer.close()
+    for name, words in (("bad.jsonl", "per-trial data unreadable"),
+                        ("none.jsonl", "holds no per-trial data"),
+                        ("missing.jsonl", "cannot read")):
+        assert report_cli.main(["trials", str(tmp_path / name)]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("report.py: error: ") and words in err[0], err
+
+
+@pytest.mark.fast
+def test_naming_the_ranks_that_did_not_come():
+    hosts = ["a", "b", "c"]
+    at = {"op": "all_reduce", "size": 4 << 20, "phase": "trials", "time": 100.0}
+    posts = {0: {**at, "trial": 7, "in_call": True}, 1: None, 2: {**at, "trial": 7, "in_call": False}}
+    line = whereabouts.name_absent(posts, {1: {**at, "phase": "trials"}}, hosts, 112.3)
+    assert line == ("rank 1 on host b did not reach all_reduce 4.0 MB trial 7 (last seen at "
+                    "all_reduce 4.0 MB (trials), 12.3 s ago); rank 2 on host c did not reach "
+                    "all_reduce 4.0 MB trial 7 (alive, at all_reduce 4.0 MB trial 7, outside the call)")
+    assert "cannot be reached" in whereabouts.name_absent({0: at, 1: None}, {}, hosts, 0)
+    assert "every rank is waiting" in whereabouts.name_absent({0: at, 1: at}, {}, hosts, 0)
+
+
+@pytest.mark.fast
+def test_naming_in_replay_and_parallel_bench_by_pass_step_and_call():
+    """Positions without a size: replay's pass and call index, a strategy's step and call; a
+    Reading that fails gives its phase alone."""
+    hosts = ["a", "b", "c"]
+    seen = {"op": "replay", "size": None, "phase": "pass 3 of 5", "time": 10.0}
+    waiting = {**seen, "call": 4, "call_op": "all_to_all", "time": 15.0}
+    line = whereabouts.name_absent({0: waiting, 1: waiting, 2: None}, {2: seen}, hosts, 15.5)
+    assert line == ("rank 2 on host c did not reach replay pass 3 of 5, call 4 (all_to_all) "
+                    "(last seen at replay (pass 3 of 5), 5.5 s ago)")
+    step = {"op": "ddp", "size": None, "phase": "step 2 of 4", "call": 3, "call_op": None}
+    assert whereabouts.describe(step) == "ddp step 2 of 4, call 3"
+    assert whereabouts.Reading(lambda: {"call": 1}).now() == {"call": 1}
+    assert whereabouts.Reading(lambda: 1 / 0).now() == {}
+
+
+def test_straggler_every_fifth_trial_named_with_period_5(tmp_path):
+    """3 ranks, rank 2 late by 50 ms before every 5th trial (the suite's delay hook): at each
+    size the report finds period 5, names rank 2 the straggler and prints the first trial."""
+    out = tmp_path / "run.jsonl"
+    result = launch("all_reduce.py", "--scan", "--maxsize=3", "--trials=60", "--per-trial",
+                    "--dist=torch", f"--output={out}", nproc=3,
+                    env={"COMMBENCH_INJECT_DELAY": "2:0.05:5"})
+    assert result.returncode == 0, result.stderr
+    report = subprocess.run([sys.executable, "report.py", "trials", str(out), "--plot",
+                             str(tmp_path / "trials.png")], cwd=ROOT,
+                            env=base_env(), capture_output=True, text=True, timeout=60)
+    assert report.returncode == 0, report.stderr
+    text = report.stdout
+    assert (tmp_path / "trials.png").stat().st_size > 10000
+    host = socket.gethostname()
+    assert text.count("first trial") == 2 and text.count("period 5 trials") == 2, text
+    assert f"rank 2 on {host}:" in text and text.count("<- straggler") == 2, text
+    for line in text.splitlines():
+        if "<- straggler" in line:
+            assert line.split("last to call  ")[1].startswith("rank 2 "), text
+
+
+def _ranks_of(port, script="all_reduce.py"):
+    """{rank: pid} of the suite's ranks on MASTER_PORT `port` (torchrun's workers, srun's tasks
+    under slurmstepd)."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                if script.encode() not in handle.read():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                env = dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item)
+        except (OSError, ValueError):
+            continue
+        rank = env.get(b"RANK", env.get(b"SLURM_PROCID"))
+        if env.get(b"MASTER_PORT") == str(port).encode() and rank is not None:  # not the agent
+            found[int(rank)] = int(pid)
+    return found
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigstopped_rank_is_named_by_the_timeout(tmp_path):
+    """torchrun, 3 ranks, rank 2 SIGSTOPped mid-scan; --timeout ends the run, rank 0's line
+    names rank 2 (and only it) with its host and where it was last seen; a failure record;
+    every rank ends. (srun's aborted step waits half a minute for its tasks: srun's ranks are
+    named by the same whereabouts, test_mpi_slurm.py.)"""
+    status, stderr, line, written = _stop_rank_2_and_read_rank_0(
+        tmp_path, "all_reduce.py", ["--dist=torch", "--scan", "--maxsize=22", "--trials=50",
+                                    "--per-trial"], "commbench: torch (torch.distributed)")
+    assert status != 0
+    host = socket.gethostname()
+    assert f"rank 2 on host {host} did not reach all_reduce" in line, stderr
+    assert "last seen at all_reduce" in line and " s ago)" in line, stderr
+    assert "rank 1 on host" not in line, stderr
+    failures = [r for r in written if r.get("type") == "failure"]
+    assert len(failures) == 1 and "rank 2 on host" in failures[0]["message"], written[-2:]
+    assert [r for r in written if r.get("type") == "result"], written  # the sizes before it
+
+
+def _stop_rank_2_and_read_rank_0(tmp_path, script, args, ready, backend="gloo"):
+    """`script` under torchrun at 3 ranks; rank 2 SIGSTOPped 3 s after a stderr line with
+    `ready` in it; every rank's end waited for. (exit status, stderr, rank 0's error line, the
+    --output's records)."""
+    import threading
+    out = tmp_path / "out.jsonl"
+    port = free_port()
+    env = base_env(MASTER_PORT=str(port))
+    cmd = launcher_command("torchrun", 3, port, env["PATH"]) + [
+        script, *args, f"--backend={backend}", "--timeout=8", f"--output={out}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    ranks = {}
+    try:
+        started = time.monotonic()
+        while not any(ready in line for line in lines):
+            assert proc.poll() is None and time.monotonic() - started < 90, "".join(lines)
+            time.sleep(0.05)
+        time.sleep(3.0)  # into the passes or steps (a loaded machine is slow to get there)
+        ranks = _ranks_of(port, script)
+        stopped = ranks[2]
+        os.kill(stopped, signal.SIGSTOP)
+        while _alive(ranks[0]) and time.monotonic() - started < 90:
+            time.sleep(0.1)
+        os.kill(stopped, signal.SIGCONT)
+        proc.wait(timeout=90)
+        reader.join(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in ranks.values():  # none left behind torchrun, even when the test failed
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            for path in Path("/dev/shm").glob(f"{pid}:*"):  # oneCCL's endpoints, by pid
+                path.unlink(missing_ok=True)
+    stderr = "".join(lines)
+    assert_no_traceback(type("R", (), {"stderr": stderr, "cmd": cmd})())
+    ours = [line for line in stderr.splitlines() if line.startswith("commbench: error: rank 0:")]
+    assert len(ours) == 1, stderr
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    return proc.returncode, stderr, ours[0], written
+
+
+def test_sigstopped_rank_mid_replay_is_named_with_its_pass_and_call(tmp_path):
+    """replay.py under torchrun, 3 ranks, a PARAM trace replayed pass after pass: rank 2
+    SIGSTOPped mid-pass; the backend's --timeout 8 ends it, rank 0's line names rank 2 alone
+    with its host, the pass and call the others wait in, where it was last seen; a failure
+    record in --output; every rank ends. (On oneCCL, which never times out, replay's own stall
+    deadline does the same: test_ccl.py.)"""
+    stop_rank_2_mid_replay(tmp_path, "gloo")
+
+
+def stop_rank_2_mid_replay(tmp_path, backend):
+    from test_replay import param_trace
+    trace = param_trace(tmp_path / "param")
+    status, stderr, line, written = _stop_rank_2_and_read_rank_0(
+        tmp_path, "replay.py", [str(trace), "--warmup=0", "--repeat=1000000"],
+        "groups besides the world", backend)
+    assert status != 0
+    host = socket.gethostname()
+    assert f"rank 2 on host {host} did not reach replay pass " in line, stderr
+    assert ", call " in line and "last seen at replay (pass " in line, stderr
+    assert " s ago)" in line and "rank 1 on host" not in line, stderr
+    failures = [r for r in written if r.get("type") == "failure"]
+    assert len(failures) == 1 and "rank 2 on host" in failures[0]["message"], written[-2:]
+
+
+def test_sigstopped_rank_mid_training_is_named_with_its_strategy_step_and_call(tmp_path):
+    """parallel_bench.py, the same at 3 ranks: DDP, rank 2 stopped 3 s into it (its set-up or
+    its steps; a step's words are tested in-process above); rank 0 names it with the strategy
+    and where it was last seen, and a failure record. (On oneCCL: test_ccl.py.)"""
+    stop_rank_2_mid_training(tmp_path, "gloo")
+
+
+def stop_rank_2_mid_training(tmp_path, backend):
+    status, stderr, line, written = _stop_rank_2_and_read_rank_0(
+        tmp_path, "parallel_bench.py",
+        ["--strategy=ddp", "--steps=100000", "--warmup=1", "--hidden=24", "--layers=1",
+         "--heads=3", "--vocab=64", "--seq=8", "--micro-batch=1", "--micro-batches=1"],
+        "strategies ddp:", backend)
+    assert status != 0
+    host = socket.gethostname()
+    assert f"rank 2 on host {host} did not reach ddp " in line, stderr
+    assert "last seen at ddp (" in line and " s ago)" in line, stderr
+    assert "rank 1 on host" not in line, stderr
+    failures = [r for r in written if r.get("type") == "failure"]
+    assert len(failures) == 1 and failures[0]["strategy"] == "ddp", written[-2:]
+    assert "rank 2 on host" in failures[0]["message"]
