@@ -54,6 +54,8 @@ def describe(position):
     if position.get("call") is not None:  # replay.py (pass, call), parallel_bench (step, call)
         op = f" ({position['call_op']})" if position.get("call_op") else ""
         return f"{where} {position.get('phase')}, call {position['call']}{op}"
+    if position.get("at") is not None:  # a named point between calls (a pass's opening barrier)
+        return f"{where} {position.get('phase')}, {position['at']}"
     return f"{where} ({position.get('phase')})"
 
 

@@ -80,6 +80,7 @@ class Replayer:
         self.comm, self.trace, self.rank = comm, trace, rank
         self.calls = trace.calls(rank)
         self.current_call = None  # the call issued or waited last (a timeout's line names it)
+        self.opening = False  # in the barrier that opens a pass, before its first call
         self.steps = 0  # moves at every call issued or waited (replay's stall deadline reads it)
         self.dist = comm.dist
         self.pool = Pool(comm.device)
@@ -251,7 +252,9 @@ class Replayer:
 
         base = trace.origin()
         self.steps += 1
+        self.current_call, self.opening = None, True
         comm.sync_all()
+        self.opening = False
         began = time.perf_counter()
         for call in calls:
             self.current_call = call

@@ -281,7 +281,9 @@ def _positions(comm, replayer):
 
     def current():
         call = replayer.current_call
-        return {"call": call.index, "call_op": call.op} if call is not None else {}
+        if call is not None:
+            return {"call": call.index, "call_op": call.op}
+        return {"at": "the barrier before its first call"} if replayer.opening else {}
     marks = whereabouts.Reading(current)
     found.size_starts("replay", None, "start")
 
