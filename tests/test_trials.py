@@ -197,8 +197,8 @@ def _alive(pid):
 def test_sigstopped_rank_is_named_by_the_timeout(tmp_path):
     """torchrun, 3 ranks, rank 2 SIGSTOPped mid-scan; --timeout ends the run, rank 0's line
     names rank 2 (and only it) with its host and where it was last seen; a failure record;
-    every rank ends. (srun's aborted step waits half a minute for its tasks: srun's ranks are
-    named by the same whereabouts, test_mpi_slurm.py.)"""
+    every rank ends. (Under srun the ranks are named by the same whereabouts, but no test
+    stops one there yet: srun's aborted step waits half a minute for its tasks.)"""
     status, stderr, line, written = _stop_rank_2_and_read_rank_0(
         tmp_path, "all_reduce.py", ["--dist=torch", "--scan", "--maxsize=22", "--trials=50",
                                     "--per-trial"], "commbench: torch (torch.distributed)")
