@@ -1,9 +1,9 @@
 """parallel_bench.py --ds-config FILE and --ds-config-sweep KEY=V1,V2,...: a user's own DeepSpeed
 config drives the ZeRO strategy it names (docs/strategies.md).
 
-Three runs with real ranks (gloo), each a few seconds: ZeRO-1, 2 and 3 at 2 ranks (one file, swept
-over zero_optimization.stage), ZeRO-3 at 3 ranks, and a sweep of three reduce bucket sizes at 2
-ranks. Each config sets non-default buckets, overlap_comm true and small stage-3 limits: the
+Three runs with real ranks (gloo), each a few seconds: ZeRO-1, 2 and 3 at 2 ranks and at 3 ranks
+(one file each, swept over zero_optimization.stage), and a sweep of three reduce bucket sizes at
+2 ranks. Each config sets non-default buckets, overlap_comm true and small stage-3 limits: the
 engine's config, read back from the engine, equals the file's, and the bytes a step measured
 equal the estimate for those buckets within 2%. The bad configs are checked in-process (what
 load() refuses) and once on 2 ranks started by hand (one line, exit 2 on both).
@@ -55,8 +55,8 @@ def stages(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def three(tmp_path_factory):
-    return run(tmp_path_factory, 3, TINY_3, stage=3, reduce_bucket_size=40000,
-               stage3_max_reuse_distance=15000)
+    return run(tmp_path_factory, 3, TINY_3, "--ds-config-sweep=zero_optimization.stage=1,2,3",
+               reduce_bucket_size=40000, stage3_max_reuse_distance=15000)
 
 
 @pytest.fixture(scope="module")
@@ -98,15 +98,22 @@ def test_zero_1_2_3_at_two_ranks_as_the_file_says(stages):
     assert f"sha256 {meta['ds_config']['sha256'][:12]}" in result.stdout
 
 
-def test_zero3_at_three_ranks(three):
+def test_zero_1_2_3_at_three_ranks_as_the_file_says(three):
+    """3 ranks: P is not a multiple of 2n, so each stage pads its partitions; the engine still
+    holds the file's values and the bytes are the estimate's."""
     result, config, lines = three
-    meta, (record,) = lines[0], lines[1:]
-    assert record["strategy"] == "zero3" and record["world_size"] == 3
-    assert record["ds_config"] == meta["ds_config"]
-    check_engine_and_bytes(record, config, config["zero_optimization"])
+    meta, records, verdict = lines[0], lines[1:-1], lines[-1]
+    assert [r["strategy"] for r in records] == ["zero1", "zero2", "zero3"]
+    for stage, record in zip((1, 2, 3), records):
+        assert record["world_size"] == 3
+        assert record["ds_config"] == dict(meta["ds_config"], sweep_key="zero_optimization.stage",
+                                           sweep_value=str(stage))
+        check_engine_and_bytes(record, config, dict(config["zero_optimization"], stage=stage))
     # the stage-3 limits below the model: parameters gathered again in backward
-    assert record["comm"]["all_gather"]["bytes"] > 1.5 * 4 * TINY_3["micro_batches"] * \
-        record["params"] / 3
+    zero3 = records[2]
+    assert zero3["comm"]["all_gather"]["bytes"] > 1.5 * 4 * TINY_3["micro_batches"] * \
+        zero3["params"] / 3
+    assert verdict["type"] == "ds_config_sweep" and verdict["own"] == "1"
     assert "DeepSpeed config" in result.stdout and "zero3" in result.stdout
 
 
