@@ -6,10 +6,21 @@ whether it is inside the collective's call, and in which trial (read from the tr
 --stats / --per-trial, never written by the loop); rank 0 waits GRACE_S for those posts and
 names the ranks that did not post (stopped, hung in C, dead: last seen where, how long ago) or
 that posted from outside the call (alive, but not at the collective). Seconds since seen are
-rank 0's wall clock against the poster's: exact on one host, as good as NTP across hosts."""
+rank 0's wall clock against the poster's: exact on one host, as good as NTP across hosts.
+
+Dead or stuck: each rank also holds a listening TCP socket (its "pulse"), opened at start-up on
+the address it reaches the rendezvous from, never accepted from and never read: the kernel of
+its host completes a connection to it while the process lives, stopped or hung or not, and
+refuses one once the process is gone. Rank 0 tries each silent rank's pulse once at the deadline
+(PROBE_S at most): refused is named "cannot be reached: its process is gone", no answer "its
+host does not answer"; a completed connection keeps "did not reach". Nothing of it runs inside
+a timed window, and it costs one file descriptor a rank."""
 
 import contextlib
+import errno
 import json
+import os
+import socket
 import threading
 import time
 from datetime import timedelta
@@ -23,6 +34,7 @@ PREFIX = "commbench/whereabouts/"
 GRACE_S = 3.0  # rank 0 waits this long for the others' posts after its own deadline fired
 STORE_S = 5.0  # a store operation of the deadline thread gives up after this long
 POLL_S = 0.05
+PROBE_S = 1.0  # rank 0 waits this long for a silent rank's host to answer its pulse
 
 
 def start(comm):
@@ -36,7 +48,52 @@ def start(comm):
         alarm.set_timeout(timedelta(seconds=STORE_S))
     except (AttributeError, RuntimeError, ValueError):
         return None
-    return Whereabouts(comm.global_rank, comm.world_size, comm.hostnames, store, alarm)
+    found = Whereabouts(comm.global_rank, comm.world_size, comm.hostnames, store, alarm)
+    found.pulse = open_pulse(os.environ.get("MASTER_ADDR", "127.0.0.1"))
+    if found.pulse is not None:
+        with contextlib.suppress(RuntimeError):
+            store.set(f"pulse/{comm.global_rank}", "%s %d" % found.pulse.getsockname()[:2])
+    return found
+
+
+def open_pulse(master_addr):
+    """A listening socket on the address this host reaches master_addr from (None when it
+    cannot be had: the probe then says nothing). Kept open until the process ends."""
+    try:
+        family = socket.AF_INET6 if ":" in master_addr else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as route:  # sends nothing
+            route.connect((master_addr, 9))
+            address = route.getsockname()[0]
+        pulse = socket.socket(family, socket.SOCK_STREAM)
+        pulse.bind((address, 0))
+        pulse.listen(8)
+        os.set_inheritable(pulse.fileno(), False)
+        return pulse
+    except OSError:
+        return None
+
+
+def probe(text, seconds=PROBE_S):
+    """A rank's pulse ("address port"): "alive" (its kernel completed the connection), "gone"
+    (refused: nothing listens there, the process ended), "silent" (no answer in `seconds`:
+    the host or its network is down), or None (no pulse posted, or the probe failed)."""
+    try:
+        address, port = text.rsplit(" ", 1)
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as connection:
+            connection.settimeout(seconds)
+            connection.connect((address, int(port)))
+        return "alive"
+    except ConnectionRefusedError:
+        return "gone"
+    except (socket.timeout, TimeoutError):
+        return "silent"
+    except OSError as error:
+        if error.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+            return "silent"
+        return None
+    except ValueError:
+        return None
 
 
 def size_text(size_bytes):
@@ -102,6 +159,7 @@ class Whereabouts:
         self.store, self.alarm = store, alarm
         self.op, self.size, self.phase, self.marks = None, None, "start-up", None
         self._lock, self._claimed = threading.Lock(), False
+        self.pulse = None
 
     def claim(self):
         """True for the first of the deadline thread and the main thread (the backend's own
@@ -155,24 +213,43 @@ class Whereabouts:
             return (f"{message}; rank 0 on host {self.hostnames[0]}, which holds the positions, "
                     "cannot be reached")
         if self.rank != 0:
-            _wait(self.alarm, ["named"], 2 * GRACE_S + 2)  # rank 0's line first
+            if _wait(self.alarm, ["named"], 2 * GRACE_S + 2 + PROBE_S):  # rank 0's line first
+                with contextlib.suppress(RuntimeError):
+                    self.alarm.set(f"left/{self.rank}", "1")  # rank 0, the store, may go now
             return f"{message} (rank 0's line names the ranks that did not come)"
         keys = [f"waiting/{r}" for r in range(self.world_size)]
         _wait(self.alarm, keys, GRACE_S)
         posts = {r: _read(self.alarm, f"waiting/{r}") for r in range(self.world_size)}
         seen = {r: _read(self.alarm, f"seen/{r}") for r in range(self.world_size)
                 if posts[r] is None}
-        line = name_absent(posts, seen, self.hostnames, time.time())
+        states = {r: self._probe(r) for r in seen}
+        line = name_absent(posts, seen, self.hostnames, time.time(), states)
         try:
             self.alarm.set("named", "1")
         except RuntimeError:
             pass
+        else:  # the store dies with rank 0: the others read "named" first (no C++ warning)
+            _wait(self.alarm, [f"left/{r}" for r in posts if r and posts[r] is not None], 1.0)
         return f"{message.split('; a peer rank')[0]}: {line}"
 
+    def _probe(self, rank):
+        try:
+            text = self.alarm.get(f"pulse/{rank}").decode() \
+                if self.alarm.check([f"pulse/{rank}"]) else None
+        except (RuntimeError, UnicodeDecodeError):
+            return None
+        return probe(text) if text else None
 
-def name_absent(posts, seen, hostnames, now):
+
+GONE = {"gone": "its process is gone (its host refused a connection to it)",
+        "silent": f"its host does not answer (no connection in {PROBE_S:g} s)"}
+
+
+def name_absent(posts, seen, hostnames, now, states=None):
     """The words for ranks that did not come. posts: rank -> what it posted at its deadline
-    (None: nothing); seen: rank -> its last position posted before (None: never)."""
+    (None: nothing); seen: rank -> its last position posted before (None: never); states:
+    rank -> what its pulse said (probe(): "gone" and "silent" make it unreachable)."""
+    states = states or {}
     reached = [p for p in posts.values() if p and p.get("in_call", True)]
     target = None
     if reached:
@@ -186,7 +263,11 @@ def name_absent(posts, seen, hostnames, now):
         goal = f" {target}" if target else " the collective"
         if post is None:
             last = seen.get(rank)
-            if last is None:
+            if states.get(rank) in GONE:
+                when = "no position ever posted" if last is None else \
+                    f"last seen at {describe(last)}, {max(0.0, now - last['time']):.1f} s ago"
+                parts.append(f"{what} cannot be reached: {GONE[states[rank]]} ({when})")
+            elif last is None:
                 parts.append(f"{what} cannot be reached (no position ever posted)")
             else:
                 parts.append(f"{what} did not reach{goal} (last seen at {describe(last)}, "

@@ -16,7 +16,8 @@ import pytest
 
 from commbench import results, trials as encoding, whereabouts
 from commbench.report import cli as report_cli, trials
-from support import ROOT, assert_no_traceback, base_env, free_port, launch, launcher_command
+from support import (ROOT, assert_no_traceback, base_env, free_port, launch, launcher_command,
+                     rank_env, require_launcher)
 
 
 def _timing(durations, arrivals, error=1e-5):
@@ -126,6 +127,29 @@ def test_naming_the_ranks_that_did_not_come():
 
 
 @pytest.mark.fast
+def test_a_pulse_tells_a_dead_rank_from_a_stuck_one():
+    """The pulse: a listening socket answers while its process lives (nothing accepts: the
+    kernel does), refuses once it is closed; the words for each."""
+    pulse = whereabouts.open_pulse("127.0.0.1")
+    text = "%s %d" % pulse.getsockname()[:2]
+    assert whereabouts.probe(text) == "alive"
+    pulse.close()
+    assert whereabouts.probe(text) == "gone"
+    assert whereabouts.probe("not-an-address") is None
+    at = {"op": "all_reduce", "size": 4 << 20, "phase": "trials", "time": 100.0}
+    posts = {0: {**at, "trial": 7}, 1: None, 2: None}
+    line = whereabouts.name_absent(posts, {1: at, 2: at}, ["a", "b", "c"], 102.0,
+                                   {1: "gone", 2: "alive"})
+    assert line == ("rank 1 on host b cannot be reached: its process is gone (its host refused a "
+                    "connection to it) (last seen at all_reduce 4.0 MB (trials), 2.0 s ago); "
+                    "rank 2 on host c did not reach all_reduce 4.0 MB trial 7 (last seen at "
+                    "all_reduce 4.0 MB (trials), 2.0 s ago)")
+    silent = whereabouts.name_absent({0: at, 1: None}, {1: None}, ["a", "b"], 0, {1: "silent"})
+    assert silent == ("rank 1 on host b cannot be reached: its host does not answer (no "
+                      "connection in 1 s) (no position ever posted)")
+
+
+@pytest.mark.fast
 def test_naming_in_replay_and_parallel_bench_by_pass_step_and_call():
     """Positions without a size: replay's pass and call index, a strategy's step and call; a
     Reading that fails gives its phase alone."""
@@ -194,14 +218,16 @@ def _alive(pid):
         return False
 
 
-def test_sigstopped_rank_is_named_by_the_timeout(tmp_path):
-    """torchrun, 3 ranks, rank 2 SIGSTOPped mid-scan; --timeout ends the run, rank 0's line
-    names rank 2 (and only it) with its host and where it was last seen; a failure record;
-    every rank ends. (Under srun the ranks are named by the same whereabouts, but no test
-    stops one there yet: srun's aborted step waits half a minute for its tasks.)"""
+@pytest.mark.parametrize("launcher", ["torchrun", "srun"])
+def test_sigstopped_rank_is_named_by_the_timeout(tmp_path, launcher):
+    """torchrun and srun (Slurm's tasks under slurmstepd), 3 ranks, rank 2 SIGSTOPped mid-scan;
+    --timeout ends the run, rank 0's line names rank 2 (and only it) with its host and where it
+    was last seen; a failure record; every rank ends."""
+    require_launcher(launcher)
     status, stderr, line, written = _stop_rank_2_and_read_rank_0(
         tmp_path, "all_reduce.py", ["--dist=torch", "--scan", "--maxsize=22", "--trials=50",
-                                    "--per-trial"], "commbench: torch (torch.distributed)")
+                                    "--per-trial"], "commbench: torch (torch.distributed)",
+        launcher=launcher)
     assert status != 0
     host = socket.gethostname()
     assert f"rank 2 on host {host} did not reach all_reduce" in line, stderr
@@ -212,15 +238,53 @@ def test_sigstopped_rank_is_named_by_the_timeout(tmp_path):
     assert [r for r in written if r.get("type") == "result"], written  # the sizes before it
 
 
-def _stop_rank_2_and_read_rank_0(tmp_path, script, args, ready, backend="gloo"):
-    """`script` under torchrun at 3 ranks; rank 2 SIGSTOPped 3 s after a stderr line with
+def test_a_sigkilled_rank_is_named_unreachable(tmp_path):
+    """3 ranks started by hand (a launcher would end the others itself), rank 2 SIGKILLed
+    mid-scan: gloo tells the others at once; rank 0's line names rank 2, and only it, as
+    unreachable, its process gone, with its host and where it was last seen, long before
+    --timeout; a failure record; every rank ends, no traceback."""
+    from test_hardening import wait_for_records
+    out = tmp_path / "out.jsonl"
+    port = free_port()
+    cmd = [sys.executable, "all_reduce.py", "--dist=torch", "--scan", "--maxsize=24",
+           "--trials=50", "--backend=gloo", "--timeout=60", f"--output={out}"]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env=rank_env(rank, 3, port), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for rank in range(3)]
+    started = time.monotonic()
+    try:
+        wait_for_records(out, 3, proc=procs[0])
+        procs[2].kill()
+        errors = [procs[rank].communicate(timeout=60)[1] for rank in (0, 1)]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    assert time.monotonic() - started < 55  # gloo's lost peer, not the 60 s --timeout
+    for rank, stderr in enumerate(errors):
+        assert procs[rank].returncode != 0
+        assert_no_traceback(type("R", (), {"stderr": stderr, "cmd": cmd})())
+        assert "frame #" not in stderr, stderr  # no rank read the store after rank 0 left
+    ours = [line for line in errors[0].splitlines() if line.startswith("commbench: error: rank 0:")]
+    assert len(ours) == 1, errors[0]
+    host = socket.gethostname()
+    assert f"rank 2 on host {host} cannot be reached: its process is gone" in ours[0], errors[0]
+    assert "last seen at all_reduce" in ours[0] and "rank 1 on host" not in ours[0], errors[0]
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    failures = [r for r in written if r.get("type") == "failure"]
+    assert len(failures) == 1 and "rank 2 on host" in failures[0]["message"], written[-2:]
+
+
+def _stop_rank_2_and_read_rank_0(tmp_path, script, args, ready, backend="gloo",
+                                 launcher="torchrun"):
+    """`script` under `launcher` at 3 ranks; rank 2 SIGSTOPped 3 s after a stderr line with
     `ready` in it; every rank's end waited for. (exit status, stderr, rank 0's error line, the
     --output's records)."""
     import threading
     out = tmp_path / "out.jsonl"
     port = free_port()
     env = base_env(MASTER_PORT=str(port))
-    cmd = launcher_command("torchrun", 3, port, env["PATH"]) + [
+    cmd = launcher_command(launcher, 3, port, env["PATH"]) + [
         script, *args, f"--backend={backend}", "--timeout=8", f"--output={out}"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
