@@ -270,9 +270,23 @@ def param_trace(directory, world_size=3, broken=None):
 
 
 def test_a_param_basic_trace_replays(tmp_path):
+    """3 ranks, with --per-trial: each pass a trial in the summary, as report.py trials reads
+    it (every rank's pass times, whose slowest is the summary's pass time)."""
     trace = param_trace(tmp_path / "param")
     out = tmp_path / "replay.jsonl"
-    result = replay(trace, "--check", "--repeat", "2", "--output", out, nproc=3)
+    result = replay(trace, "--check", "--repeat", "6", "--per-trial", "--output", out, nproc=3)
+    summary = next(r for r in records(out) if r["type"] == "replay_summary")
+    from commbench import trials
+    ranks, durations, arrivals, error = trials.decode(summary["per_trial"])
+    assert ranks == [0, 1, 2] and len(durations[0]) == 6 and 0 <= error < 1, summary["per_trial"]
+    slowest = [max(d[k] for d in durations) for k in range(6)]
+    assert slowest == pytest.approx(summary["pass_times_s"], rel=1e-6, abs=1e-6)
+    assert all(min(a[k] for a in arrivals) == 0 for k in range(6))  # after the first to come
+    shown = subprocess.run([sys.executable, "report.py", "trials", str(out)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("replay (a trial is a pass): 6 trials on 3 ranks"), shown.stdout
+    assert "  first trial   " in shown.stdout and "  drift         " in shown.stdout
     calls = [r for r in records(out) if r["type"] == "call"]
     assert_checked(result, calls)
     rank0 = [(c["op"], c.get("dtype"), c.get("in_numel"), c.get("req") is not None)

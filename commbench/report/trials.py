@@ -35,7 +35,7 @@ CHANCE = 0.01  # family-wise: the chance of a comb so full with spikes that come
 def load(path):
     """The records of RUN that carry per-trial data, each with its decoded figures."""
     try:
-        meta, records = results.read(path)
+        meta, records = results.read_all(path)  # the measured sizes, and replay.py's summary
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ReportError(f"cannot read {path}: {str(error).splitlines()[0] if str(error) else error}"
                           ) from None
@@ -43,6 +43,8 @@ def load(path):
     for record in records:
         if not isinstance(record, dict) or "per_trial" not in record:
             continue
+        if record.get("type") == "replay_summary":  # replay.py --per-trial: a trial is a pass
+            record = {**record, "op": "replay (a trial is a pass)", "size_bytes": None}
         try:
             ranks, durations, arrivals, error = trials.decode(record["per_trial"])
         except ValueError as problem:
@@ -178,7 +180,8 @@ def render(sizes):
     lines = []
     for s in sizes:
         group = f", group {s['group']}" if s.get("group") is not None else ""
-        lines.append(f"{s['op']} {convert_size(s['size_bytes'])}{group}: {s['trials']} trials on "
+        size = f" {convert_size(s['size_bytes'])}" if s["size_bytes"] is not None else ""
+        lines.append(f"{s['op']}{size}{group}: {s['trials']} trials on "
                      f"{len(s['ranks'])} ranks (arrivals within +-{_t(s['clock_error_s'])}, "
                      "the clocks' alignment)")
         ratio = s["first_s"] / s["steady_s"] if s["steady_s"] > 0 else float("nan")
@@ -235,7 +238,8 @@ def plot(sizes, output):
         for rank, durations in zip(s["ranks"], s["durations"]):
             ax.plot(range(1, len(durations) + 1), [d * 1e3 for d in durations],
                     label=f"rank {rank}", linewidth=0.8)
-        ax.set_title(f"{s['op']} {convert_size(s['size_bytes'])}", fontsize=9)
+        size = f" {convert_size(s['size_bytes'])}" if s["size_bytes"] is not None else ""
+        ax.set_title(f"{s['op']}{size}", fontsize=9)
         ax.set_xlabel("trial")
         ax.set_ylabel("ms")
         ax.legend(fontsize=7)

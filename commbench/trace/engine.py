@@ -253,9 +253,10 @@ class Replayer:
         base = trace.origin()
         self.steps += 1
         self.current_call, self.opening = None, True
+        self.entered = time.perf_counter()  # --per-trial: when this rank came to the pass
         comm.sync_all()
         self.opening = False
-        began = time.perf_counter()
+        began = self.began = time.perf_counter()
         for call in calls:
             self.current_call = call
             self.steps += 1

@@ -15,7 +15,7 @@ import sys
 import torch
 import torch.distributed
 
-from .. import defaults, provenance, whereabouts
+from .. import defaults, provenance, trials as encoding, whereabouts
 from ..cli import add_store_flags
 from ..comm import init_comm
 from ..errors import BenchmarkError
@@ -56,6 +56,9 @@ def parser():
     p.add_argument("--check", action="store_true",
                    help="one more pass with known inputs, every output compared (0 wrong "
                         "expected; exit 1 otherwise)")
+    p.add_argument("--per-trial", action="store_true",
+                   help="every timed pass on every rank: its time and when each rank came to "
+                        "it, in --output's summary (report.py trials reads it)")
     p.add_argument("--dry-run", action="store_true",
                    help="what would run and the trace's totals, without communicating (one "
                         "plain process: python replay.py DIR --dry-run)")
@@ -219,6 +222,17 @@ def gather(comm, trace, times, starts, wrong, passes):
     return result
 
 
+def gather_passes(comm, passes, came):
+    """--per-trial: each timed pass a trial, in commbench/trials.py's encoding: its time on each
+    rank (the opening barrier's exit to the pass's end) and when the rank came to the pass (the
+    opening barrier's entry), against the exit of the first pass's barrier (the origin: its
+    error at most the longest time a rank spent in that barrier)."""
+    origin = came[0][1]
+    mine = [came[0][1] - came[0][0]] + list(passes) + [entered - origin for entered, _ in came]
+    rows = comm.gather_figures(mine)
+    return encoding.encode(rows, list(range(len(rows))))
+
+
 def run(args):
     import warnings
     # torch deprecates the *_tensor collectives the replay issues (they are what jobs call)
@@ -247,21 +261,23 @@ def run(args):
             for number in range(args.warmup):
                 post(f"warmup pass {number + 1} of {args.warmup}")
                 replayer.run_pass()
-            times, starts, passes = [], [], []
+            times, starts, passes, came = [], [], [], []
             for number in range(args.repeat):
                 post(f"pass {number + 1} of {args.repeat}")
                 call_times, call_starts, _, seconds = replayer.run_pass(pace=args.pace)
                 times.append(call_times)
                 starts.append(call_starts)
                 passes.append(seconds)
+                came.append((replayer.entered, replayer.began))
             wrong = [0] * len(replayer.calls)
             if args.check:
                 post("--check pass")
                 _, _, wrong, _ = replayer.run_pass(check=True)
             post("after the passes", reading=False)
             everyone = gather(comm, trace, times, starts, wrong, passes)
+            per_trial = gather_passes(comm, passes, came) if args.per_trial else None
         if rank == 0:
-            report(args, comm, trace, everyone, writer)
+            report(args, comm, trace, everyone, writer, per_trial)
         bad = sum(sum(r["wrong"]) for r in everyone.values())
         if args.check and bad:
             raise BenchmarkError(_wrong_line(trace, everyone, bad))
@@ -312,7 +328,7 @@ def _wrong_line(trace, everyone, bad):
     return f"--check: {bad} wrong element(s)"
 
 
-def report(args, comm, trace, everyone, writer):
+def report(args, comm, trace, everyone, writer, per_trial=None):
     medians = {rank: [statistics.median(t) if t else None for t in figures["times"]]
                for rank, figures in everyone.items()}
     pass_times = [max(everyone[r]["passes"][k] for r in everyone) for k in range(args.repeat)]
@@ -355,7 +371,8 @@ def report(args, comm, trace, everyone, writer):
         "type": "replay_summary", "world_size": comm.world_size, "repeat": args.repeat,
         "steps": trace.steps, "pass_s": figures, "pass_times_s": pass_times, "kinds": table,
         "total_s": summary.total_time(trace, everyone), "prediction": predicted,
-        "wrong": wrong if args.check else None})
+        "wrong": wrong if args.check else None,
+        **({"per_trial": per_trial} if per_trial is not None else {})})
 
 
 def main(argv=None):
