@@ -389,3 +389,22 @@ def require_root(why):
         if os.environ.get("COMMBENCH_REQUIRE_LAUNCHERS"):
             pytest.fail(why)
         pytest.skip(why)
+
+
+def usage_error(argv, parser=None):
+    """In-process: the message of the UsageError that `parser` (default: the op scripts' and
+    run_all.py's, harness.benchmark_parser()) raises for `argv`, as the process says it after
+    "commbench: error: " with exit status 2 (UsageError.exit_code). Each family of such checks
+    keeps one run with real ranks for the line and the status themselves."""
+    from commbench.errors import UsageError
+    if parser is None:
+        from commbench.harness import benchmark_parser
+        parser = benchmark_parser()
+    try:
+        parser.parse_args([str(a) for a in argv])
+    except UsageError as error:
+        assert error.exit_code == 2
+        text = str(error)
+        assert "\n" not in text.strip(), text
+        return text
+    raise AssertionError(f"no usage error for {argv}")

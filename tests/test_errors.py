@@ -2,7 +2,7 @@
 
 import pytest
 
-from support import ROOT
+from support import ROOT, usage_error
 
 
 def assert_one_error_line(result, status, text):
@@ -27,9 +27,16 @@ def assert_one_error_line(result, status, text):
     (["--dist=horovod"], "--dist"),
     (["--no-such-flag"], "unrecognized arguments"),
 ])
-def test_usage_errors_exit_2(run, args, text):
-    result = run("all_reduce.py", "--dist=torch", *args)
-    assert_one_error_line(result, 2, text)
+@pytest.mark.fast
+def test_usage_errors_exit_2(args, text):
+    """In-process (the parser's UsageError, exit status 2); the line and the status a real
+    rank prints for one of them: test_a_usage_error_is_one_line_from_a_real_rank."""
+    assert text in usage_error(["--dist=torch", *args])
+
+
+def test_a_usage_error_is_one_line_from_a_real_rank(run):
+    result = run("all_reduce.py", "--dist=torch", "--trials=0")
+    assert_one_error_line(result, 2, "--trials: must be >= 1")
     assert len(result.stderr.strip().splitlines()) == 1
 
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from support import assert_no_traceback, launch
+from support import assert_no_traceback, launch, usage_error
 
 MATRIX_3 = [[0, 4096, 1024], [400, 0, 40000], [8, 8, 8]]  # bytes, row = sender
 
@@ -184,27 +184,43 @@ def test_split_two_on_four_ranks_and_pairs_all(tmp_path):
 
 # ------------------------------------------------------------------ bad values
 
-@pytest.mark.parametrize("flags,nproc,message", [
-    (["--a2a-matrix={tmp}/short.csv"], 1,
-     "argument --a2a-matrix: {tmp}/short.csv: row 2 has 1 entries and the matrix 2 rows; it must "
-     "be n x n (row = sender, column = receiver)"),
-    (["--a2a-matrix={tmp}/negative.csv"], 1,
-     "argument --a2a-matrix: {tmp}/negative.csv: row 1, column 2: -5 is not a byte count or "
-     "weight (it must be 0 or more)"),
-    (["--a2a-matrix={tmp}/square.csv"], 3,
-     "--a2a-matrix {tmp}/square.csv is 2 x 2, for 2 ranks; this run's all_to_allv has 3"),
-    (["--a2a-skew=zipf:x"], 1, "argument --a2a-skew: 'zipf:x' is not a skew"),
-    (["--a2a-skew=hot:2"], 2, "--a2a-skew hot:2: 2 hot receivers of 2 ranks leave none cold"),
-    (["--a2a-skew=hot:1", "--a2a-matrix={tmp}/square.csv"], 1,
-     "--a2a-matrix and --a2a-skew both set all_to_allv's splits: give one"),
-    (["--split=2"], 3, "--split 2: 2 groups does not divide a world of 3 ranks"),
-    (["--split=2:diagonal"], 1, "argument --split: '2:diagonal' is not a split"),
-    (["--pt2pt", "--pairs=all"], 3, "--pairs all pairs every rank with another: this world has 3"),
-])
-def test_bad_values_are_one_line_and_exit_2(tmp_path, flags, nproc, message):
+def _matrices(tmp_path):
     write_matrix(tmp_path / "short.csv", [[1, 2], [3]])
     write_matrix(tmp_path / "negative.csv", [[1, -5], [3, 4]])
     write_matrix(tmp_path / "square.csv", [[1, 2], [3, 4]])
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("flags,message", [
+    (["--a2a-matrix={tmp}/short.csv"],
+     "argument --a2a-matrix: {tmp}/short.csv: row 2 has 1 entries and the matrix 2 rows; it must "
+     "be n x n (row = sender, column = receiver)"),
+    (["--a2a-matrix={tmp}/negative.csv"],
+     "argument --a2a-matrix: {tmp}/negative.csv: row 1, column 2: -5 is not a byte count or "
+     "weight (it must be 0 or more)"),
+    (["--a2a-skew=zipf:x"], "argument --a2a-skew: 'zipf:x' is not a skew"),
+    (["--a2a-skew=hot:1", "--a2a-matrix={tmp}/square.csv"],
+     "--a2a-matrix and --a2a-skew both set all_to_allv's splits: give one"),
+    (["--split=2:diagonal"], "argument --split: '2:diagonal' is not a split"),
+])
+def test_bad_values_the_command_line_shows_are_usage_errors(tmp_path, flags, message):
+    """In-process (the parser refuses them before any rank starts); those that need the world
+    size, below, on real ranks."""
+    _matrices(tmp_path)
+    flags = [flag.format(tmp=tmp_path) for flag in flags]
+    said = usage_error([*flags, "--scan", "--maxsize=3", "--dist=torch"])
+    assert said.startswith(message.format(tmp=tmp_path)), said
+
+
+@pytest.mark.parametrize("flags,nproc,message", [
+    (["--a2a-matrix={tmp}/square.csv"], 3,
+     "--a2a-matrix {tmp}/square.csv is 2 x 2, for 2 ranks; this run's all_to_allv has 3"),
+    (["--a2a-skew=hot:2"], 2, "--a2a-skew hot:2: 2 hot receivers of 2 ranks leave none cold"),
+    (["--split=2"], 3, "--split 2: 2 groups does not divide a world of 3 ranks"),
+    (["--pt2pt", "--pairs=all"], 3, "--pairs all pairs every rank with another: this world has 3"),
+])
+def test_bad_values_are_one_line_and_exit_2(tmp_path, flags, nproc, message):
+    _matrices(tmp_path)
     flags = [flag.format(tmp=tmp_path) for flag in flags]
     script = "run_all.py" if "--pt2pt" in flags else "all_to_allv.py"
     result = launch(script, *flags, "--scan", "--maxsize=3", "--dist=torch", nproc=nproc)
