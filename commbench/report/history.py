@@ -161,10 +161,15 @@ def show(args):
 # --------------------------------------------------------------------------- compare --db
 
 def run_to_run(where, meta):
-    """{(op, band): (runs, spread)} from the database's runs of the configuration `meta` (a
-    results file's meta record) describes: the robust standard deviation of the log band figure
-    between runs (within the regimes between changes), what two processes of one command differ
-    by."""
+    """{(op, band): (runs, half)} from the database's runs of the configuration `meta` (a
+    results file's meta record) describes: what two processes of one command differ by, the
+    half-width (in log) of the 95% prediction interval of log(a / b) for two new runs, t(df) x s
+    x sqrt 2, where s is the standard deviation of the runs' log band figures about their
+    regime's mean (the regimes between changes; df = runs - regimes). The plain standard
+    deviation, not a robust one: the runs of one command are heavy-tailed (oneCCL here: 32 to
+    139 us at small messages over ten runs, a robust spread of 18%), and the tails are what
+    a single pair of runs meets; a robust spread called 4 of those ten pairs a change."""
+    from ..numbers import t975
     store = _open(where)
     try:
         found = history.judge(history.load(store))
@@ -178,31 +183,32 @@ def run_to_run(where, meta):
         if groups or {"dist": dist, "backend": backend, "device": device,
                       "world_size": world} != want or len(series.values) < 3:
             continue
-        logs = []
+        squares, df = 0.0, 0
         edges = [0] + [c.at for c in series.changes] + [len(series.values)]
         for a, b in zip(edges, edges[1:]):
             part = [math.log(v) for v in series.values[a:b]]
-            middle = sorted(part)[len(part) // 2]
-            logs += [x - middle for x in part]
-        deviations = sorted(abs(x) for x in logs)
-        sigma = 1.4826 * deviations[len(deviations) // 2]
-        if (op, band) not in spreads or spreads[(op, band)][0] < len(logs):
-            spreads[(op, band)] = (len(logs), sigma)
+            mean = sum(part) / len(part)
+            squares += sum((x - mean) ** 2 for x in part)
+            df += len(part) - 1
+        if df < 2:
+            continue
+        half = t975(df) * math.sqrt(squares / df) * math.sqrt(2)
+        if (op, band) not in spreads or spreads[(op, band)][0] < len(series.values):
+            spreads[(op, band)] = (len(series.values), half)
     return spreads
 
 
 def _band_part(group_ratio, noise, where):
-    from ..numbers import t975
     if group_ratio is None:
         return f"no {where} messages to compare"
     if noise is None:
         return (f"{group_ratio - 1:+.0%} at {where} messages, run-to-run spread unknown (no "
                 f"earlier runs of this configuration in the database)")
-    runs, sigma = noise
-    half = t975(runs - 1) * sigma * math.sqrt(2)  # the difference of two single runs
+    runs, half = noise
     low, high = group_ratio * math.exp(-half), group_ratio * math.exp(half)
     figures = (f"{group_ratio - 1:+.0%} [{low - 1:+.0%}, {high - 1:+.0%}], against the spread "
-               f"of {runs} runs in the database, {sigma:.0%}")
+               f"of {runs} runs in the database: two runs of it differ by up to "
+               f"{math.exp(half):.2f}x (95%)")
     if low <= 1 <= high:
         return f"no difference beyond the run-to-run noise at {where} messages ({figures})"
     return f"{'slower' if group_ratio > 1 else 'faster'} at {where} messages: {figures}"
