@@ -27,6 +27,7 @@ from .guard import deadline, peer_failure
 from .launch import check_master_address, discover_launch_env, master_address, master_port
 from .layer import import_deepspeed, init_error, resolve_device_and_backend, tell_deepspeed_backend
 from .peers import argument_digest, differing_arguments, exchange
+from .startup import say_startup
 from .table import note
 
 
@@ -205,7 +206,7 @@ def init_comm(local_rank, args):
                 accelerator=ds_accelerator, global_rank=rank, ccl=ccl,
                 reduce_args=reduce_args(dist_module, getattr(args, "op", "sum")))
     if starting:  # once per run, not again for each op or utils.max_numel call that reuses it
-        _say_startup(comm, args, launch, [up, first_collective], pinned)
+        say_startup(comm, args, launch, [up, first_collective], pinned)
     if getattr(args, "groups", None):
         comm.layouts = _make_layouts(comm, args.groups, dist_module, gather, scatter, one_tensor,
                                      getattr(args, "split", None))
@@ -303,37 +304,6 @@ def _collectives(ds_dist, world_size):
                             category=FutureWarning)
     return (ds_dist, functools.partial(ds_dist.allgather_fn),
             functools.partial(ds_dist.reduce_scatter_fn), ds_dist.has_all_gather_into_tensor())
-
-
-def _say_startup(comm, args, launch, figures, pinned):
-    """The start-up's line (layer, backend, ranks, hosts, launcher, pinning, oneCCL, times) and
-    its figures on comm.startup."""
-    everyone = comm.gather_figures(figures)
-    comm.startup = {"process_group_s": [f[0] for f in everyone],
-                    "first_collective_s": [f[1] for f in everyone]}
-    layer = "torch.distributed" if comm.dist is torch.distributed else "deepspeed.comm"
-    ccl, hosts, world_size = comm.ccl, comm.hostnames, comm.world_size
-    note(comm, f"{args.dist} ({layer}), backend {torch.distributed.get_backend()}, device "
-               f"{comm.device.type}, {world_size} rank{'s' if world_size > 1 else ''} on "
-               f"{len(set(hosts))} host(s), launcher environment: {launch.launcher}" +
-               (f"; each rank pinned to one CPU (rank 0: CPU {pinned})" if pinned is not None
-                else "") + (f"; {oneccl.describe(ccl)}" if ccl is not None else "") +
-               f"; {describe_startup(comm.startup)}")
-    cpus = os.cpu_count() or 1
-    if ccl is not None and comm.local_world_size > cpus:
-        note(comm, f"WARNING: {comm.local_world_size} ranks on a host of {cpus} CPUs: oneCCL's "
-                   "ranks poll for each other, so a small message takes as long as the "
-                   "scheduler takes to give every rank a CPU (milliseconds)")
-
-
-def describe_startup(startup):
-    """`process group up in 0.41 s, first collective done at 0.43 s (slowest rank: ...)`."""
-    group, first = startup["process_group_s"], startup["first_collective_s"]
-    text = f"process group up in {group[0]:.2f} s, first collective done at {first[0]:.2f} s"
-    slowest = max(range(len(first)), key=first.__getitem__)
-    if len(first) > 1 and slowest != 0:
-        text += f" (slowest: rank {slowest}, {group[slowest]:.2f} s and {first[slowest]:.2f} s)"
-    return text
 
 
 def _make_layouts(comm, kinds, dist_module, gather, scatter, one_tensor, split=None):
