@@ -12,7 +12,7 @@ import re
 import pytest
 
 from commbench import results
-from commbench.report import buckets, compare, runs, strategy
+from commbench.report import buckets, compare, layouts, runs, strategy
 from support import ROOT
 
 pytestmark = pytest.mark.fast
@@ -244,19 +244,19 @@ def test_windows_twice_as_long_are_significant_with_welchs_interval_by_hand():
 def test_layouts_put_intra_and_inter_host_side_by_side():
     run = run_of("G", {"all_reduce intra": {1 << 20: 1e-3, 1024: 1e-5},
                        "all_reduce inter": {1 << 20: 4e-3, 1024: 2e-5}})
-    report = compare.layouts(run)
+    report = layouts.layouts(run)
     (op,) = report["ops"]
     assert op["layouts"] == ["intra", "inter"]
     assert op["verdict"] == "all_reduce: inter-host / intra-host time 4.00x at large messages, " \
                             "2.00x at small messages."
     with pytest.raises(ValueError, match="holds the whole world's figures only"):
-        compare.layouts(run_of("W", {"all_reduce": {8: 1e-5}}))
+        layouts.layouts(run_of("W", {"all_reduce": {8: 1e-5}}))
 
 
 def test_split_layout_and_human_sizes():
-    assert compare.split_layout("all_reduce bfloat16 inter") == ("all_reduce bfloat16", "inter")
-    assert compare.split_layout("all_reduce split-aggregate") == ("all_reduce", "split-aggregate")
-    assert compare.split_layout("all_reduce bfloat16") == ("all_reduce bfloat16", "world")
+    assert layouts.split_layout("all_reduce bfloat16 inter") == ("all_reduce bfloat16", "inter")
+    assert layouts.split_layout("all_reduce split-aggregate") == ("all_reduce", "split-aggregate")
+    assert layouts.split_layout("all_reduce bfloat16") == ("all_reduce bfloat16", "world")
     assert [compare.human_size(s) for s in (8, 1536, 1 << 20, 5 << 30)] == \
         ["8 B", "1.5 KiB", "1 MiB", "5 GiB"]
     assert compare.geometric_mean([2.0, 8.0, 0.0]) == pytest.approx(4.0)  # 0 left out

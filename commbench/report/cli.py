@@ -24,7 +24,8 @@ from commbench.flags import Parser, prog
 from commbench.numbers import byte_count, float_in, int_at_least
 from commbench.report import buckets, doctor, history, html, measured, replays, strategy
 from commbench.report import trials
-from commbench.report.compare import compare, layouts, render, render_layouts
+from commbench.report.compare import compare, render
+from commbench.report.layouts import layouts, render_layouts
 from commbench.report.plot import plot
 from commbench.report.runs import ReportError, load_run
 from commbench.table import output_failure

@@ -28,7 +28,7 @@ import tempfile
 import time
 
 from .. import results
-from . import compare as comparing
+from . import compare as comparing, layouts
 from . import doctor, replays, trials
 from .runs import ReportError, bandwidth, bandwidth_label, load_run, op_order, record_key
 
@@ -239,7 +239,7 @@ def suite_section(path, meta, records, run):
                "layouts": None}
     if meta.get("groups") or meta.get("split"):
         try:
-            section["layouts"] = comparing.layouts(run)
+            section["layouts"] = layouts.layouts(run)
         except ValueError:
             pass
     if any("per_trial" in r for r in records):  # --per-trial: report.py trials' text
