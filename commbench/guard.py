@@ -91,6 +91,38 @@ def stall_deadline(seconds, progress, message, explain=None, on_expire=None):
 STOP_SIGNALS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 # Held while a record is written: a stop waits for it, so no file is left half-written.
 RESULTS_LOCK = threading.Lock()
+_STOP_SOCKETS = None
+_STOPPING = threading.Event()  # the watcher has a stop signal and is ending the process
+
+
+def stop_signalled(wait=0.0):
+    """Whether a stop signal reached this process (the watcher then ends it with 130 or 143),
+    waiting up to `wait` seconds for one. A Ctrl-C or an scancel reaches every rank at about
+    the same moment: a rank whose peer acted on it first sees the peer's connection close,
+    and must say it was stopped, not that it lost its peers."""
+    ends = time.monotonic() + wait
+    while True:
+        if _STOPPING.is_set():
+            return True
+        try:  # the signal's byte, not yet read by the watcher
+            pending = _STOP_SOCKETS[0].recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) \
+                if _STOP_SOCKETS is not None else b""
+        except OSError:
+            pending = b""
+        if pending and pending[0] in STOP_SIGNALS:
+            return True
+        if time.monotonic() >= ends:
+            return False
+        time.sleep(0.01)
+
+
+def leave_it_to_the_stop(wait=0.0, longest=30.0):
+    """A failure that a stop signal explains: let the watcher end the process (it says so and
+    exits 130 or 143); True only if it did not within `longest` seconds."""
+    if not stop_signalled(wait):
+        return False
+    time.sleep(longest)
+    return True
 
 
 def guard_stop_signals():
@@ -109,6 +141,7 @@ def guard_stop_signals():
         while True:
             number = reader.recv(1)[0]
             if number in STOP_SIGNALS:
+                _STOPPING.set()
                 break
         RESULTS_LOCK.acquire(timeout=5)
         if rank_for_messages() == 0:

@@ -16,8 +16,8 @@ from .collective import get_bw
 from .comm import init_comm, teardown
 from .dtypes import dtypes_for, get_dtype
 from .errors import PROG, BenchmarkError, OutputClosed, UsageError
-from .guard import (RESULTS_LOCK, agree_to_go_on, deadline, guard_stop_signals, peer_failure,
-                    rank_for_messages, say)
+from .guard import (RESULTS_LOCK, agree_to_go_on, deadline, guard_stop_signals,
+                    leave_it_to_the_stop, peer_failure, rank_for_messages, say)
 from .layer import processor_model
 from .memory import MemoryMeter
 from .progress import open_progress
@@ -602,6 +602,7 @@ def guarded(body):
     except RuntimeError as error:
         if not peer_failure(error):
             raise  # unexpected: keep the traceback
+        leave_it_to_the_stop(wait=0.2)  # the peer was stopped, and so is this rank
         status = 1
         first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
         say(f"{PROG}: error: rank {rank_for_messages(True)}: lost its peers between "
@@ -610,6 +611,7 @@ def guarded(body):
         status = 0  # the reader has what it wanted: no message, as a Unix tool in a pipeline
     except BenchmarkError as error:
         status = error.exit_code
+        leave_it_to_the_stop()  # a stop signal reached this rank as it failed: that is its end
         if error.reported:
             pass
         elif error.rank_local or rank_for_messages() == 0:

@@ -317,3 +317,31 @@ def test_trace_groups_and_origin_on_the_shared_clock():
     assert trace.all_groups() == [(1, 2), (0, 1)]  # the job's first, then by first use
     assert trace.shared_start(0, ranks[0][0]) == 12.0
     assert trace.origin() == 11.5  # rank 1's call at 1.0 on a clock 10.5 s later
+
+
+@pytest.mark.fast
+def test_a_failure_that_a_stop_signal_explains_is_left_to_the_stop(monkeypatch):
+    """guard.stop_signalled: a stop signal's byte waiting on the wakeup socket (the watcher has
+    not read it yet) or the watcher already acting counts; another signal's byte does not. The
+    harness then lets the watcher end the rank with 130/143 instead of saying that it lost its
+    peers (a Ctrl-C reaches every rank; one that acted first closes its connections)."""
+    import signal
+    import socket
+    from commbench import guard
+    reader, writer = socket.socketpair()
+    monkeypatch.setattr(guard, "_STOP_SOCKETS", (reader, writer))
+    monkeypatch.setattr(guard, "_STOPPING", __import__("threading").Event())
+    try:
+        assert not guard.stop_signalled()
+        writer.send(bytes([signal.SIGCHLD]))
+        assert not guard.stop_signalled(wait=0.05)
+        reader.recv(1)
+        writer.send(bytes([signal.SIGINT]))
+        assert guard.stop_signalled()
+        assert reader.recv(1) == bytes([signal.SIGINT])  # peeked, not taken from the watcher
+        assert not guard.stop_signalled()
+        guard._STOPPING.set()
+        assert guard.stop_signalled()
+    finally:
+        reader.close()
+        writer.close()
