@@ -408,3 +408,16 @@ def usage_error(argv, parser=None):
         assert "\n" not in text.strip(), text
         return text
     raise AssertionError(f"no usage error for {argv}")
+
+
+def require_ccl():
+    """The ccl backend's bindings import in this venv; else skip the test (fail in CI, whose
+    .ci/run installs them and sets COMMBENCH_REQUIRE_CCL)."""
+    probe = subprocess.run([sys.executable, "-c", "import oneccl_bindings_for_pytorch"],
+                           capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0:
+        why = (probe.stderr.strip().splitlines() or [""])[-1]
+        text = f"the ccl backend is not installed in {BIN.parent} ({why}); make ccl installs it"
+        if os.environ.get("COMMBENCH_REQUIRE_CCL"):
+            pytest.fail(text)
+        pytest.skip(text)

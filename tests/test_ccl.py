@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from support import (BIN, ROOT, Run, assert_no_traceback, base_env, free_port, launch_ranks,
-                      launcher_command, parse_tables, require_launcher)
+from support import (ROOT, Run, assert_no_traceback, base_env, free_port, launch_ranks,
+                      launcher_command, parse_tables, require_ccl, require_launcher)
 from formulas import OPS
 
 # The tests that start oneCCL's ranks run alone (make test's second part): they poll for each other,
@@ -31,21 +31,10 @@ SUITE_DEFAULTS = "CCL_WORKER_OFFLOAD=0 CCL_ATL_SHM=1 (the suite's defaults)"
 CCL_LOG_LINE = "|CCL_WARN| value of CCL_LOG_LEVEL changed to be error"
 
 
-def _bindings_import():
-    probe = subprocess.run([sys.executable, "-c", "import oneccl_bindings_for_pytorch"],
-                           capture_output=True, text=True, timeout=120)
-    return probe.returncode == 0, (probe.stderr.strip().splitlines() or [""])[-1]
-
-
 @pytest.fixture(scope="module")
 def ccl():
     """The bindings import in this venv; else skip (fail in CI, which installs them)."""
-    ok, why = _bindings_import()
-    if not ok:
-        text = f"the ccl backend is not installed in {BIN.parent} ({why}); make ccl installs it"
-        if os.environ.get("COMMBENCH_REQUIRE_CCL"):
-            pytest.fail(text)
-        pytest.skip(text)
+    require_ccl()
 
 
 @pytest.fixture

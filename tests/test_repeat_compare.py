@@ -4,12 +4,11 @@ from before --repeat."""
 
 import json
 import math
-import os
 import re
 
 import pytest
 
-from support import assert_no_traceback, launch
+from support import assert_no_traceback, launch, require_ccl
 
 # Run alone (make test's second part): two runs of one command must meet the same machine.
 pytestmark = pytest.mark.serial
@@ -179,7 +178,7 @@ def test_ten_runs_of_one_command_claim_no_change_and_a_delay_is_named(tmp_path, 
     expected); `report.py history` lists the ten with its verdict; a run with 3 ms added before
     every trial on rank 1 (kept out of the database) is named slower against the first."""
     if backend == "ccl":
-        _require_ccl()
+        require_ccl()
     from commbench.report.cli import main as report
     db = tmp_path / "ten.db"
     command = ["all_reduce.py", "--scan", "--maxsize=8", "--trials=20", "--dist=torch",
@@ -210,12 +209,3 @@ def test_ten_runs_of_one_command_claim_no_change_and_a_delay_is_named(tmp_path, 
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("all_reduce:")]
     assert re.search(r"slower at small messages: \+\d+% \[\+\d+%, \+\d+%\]", line), line
 
-
-def _require_ccl():
-    from test_ccl import _bindings_import
-    ok, why = _bindings_import()
-    if not ok:
-        text = f"the ccl backend is not installed ({why}); make ccl installs it"
-        if os.environ.get("COMMBENCH_REQUIRE_CCL"):
-            pytest.fail(text)
-        pytest.skip(text)
