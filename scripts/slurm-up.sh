@@ -52,8 +52,15 @@ SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
 ReturnToService=2
 MpiDefault=none
+TopologyPlugin=topology/tree
 NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS State=UNKNOWN
 PartitionName=local Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+CONF
+# One leaf switch with the node behind it, under a spine: `scontrol show topology` then answers
+# as a cluster with a tree topology does (doctor.py reads it under srun).
+cat > /etc/slurm/topology.conf <<CONF
+SwitchName=leaf1 Nodes=$HOST
+SwitchName=spine Switches=leaf1
 CONF
 
 "$(dirname "$0")/slurm-down.sh" --daemons-only >/dev/null 2>&1 || true

@@ -3,6 +3,7 @@ and nothing named, a slowed host is named and only it, a slowed link is named an
 its hosts, a host killed mid-check is named unreachable while the rest goes on; bad usage is
 one line, exit 2. Slow hosts and links are made with the kernel's htb qdisc (no netem here)."""
 
+import json
 import socket
 import subprocess
 import sys
@@ -384,10 +385,21 @@ def test_uneven_ranks_per_host_is_one_line(hosts):
 
 
 @serial
-def test_doctor_under_mpirun_and_srun_on_one_host():
-    """Launched like the op scripts: MPICH's mpirun and Slurm's srun find the ranks (one host)."""
+def test_doctor_under_mpirun_and_srun_on_one_host(tmp_path):
+    """Launched like the op scripts: MPICH's mpirun and Slurm's srun find the ranks (one host).
+    Under srun the check reads Slurm's topology (scripts/slurm-up.sh gives the node a leaf
+    switch under a spine) and says so; under mpirun there is none to read."""
     for launcher in ("mpirun", "srun"):
-        result = launch("doctor.py", "--dist=torch", "--backend=gloo", *QUICK, nproc=2,
-                        launcher=launcher)
+        output = tmp_path / f"{launcher}.jsonl"
+        result = launch("doctor.py", "--dist=torch", "--backend=gloo", *QUICK,
+                        f"--output={output}", nproc=2, launcher=launcher)
         assert result.returncode == 0, result
         assert "Verdict: healthy (one host" in result.stdout, result
+        meta = json.loads(output.read_text().splitlines()[0])
+        said = [line for line in result.stderr.splitlines() if "topology" in line]
+        if launcher == "srun":
+            assert said == ["commbench: doctor: topology: Slurm's (scontrol show topology): the "
+                            "hosts are behind 1 switch (leaf1)"], result.stderr
+            assert meta["doctor"]["topology"] == "Slurm's (scontrol show topology)"
+        else:
+            assert said == [] and meta["doctor"]["topology"] is None, result.stderr

@@ -186,6 +186,49 @@ def test_a_topology_held_against_the_check_s_hosts():
         topology.check(topo, list(topo.leaf_of) + ["node09"])
 
 
+# What Slurm 22.05's `scontrol show topology` prints (a cluster's whole tree, Level= and
+# LinkSpeed= besides the file's keys).
+SCONTROL = """SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=gpu[001-004]
+SwitchName=leaf2 Level=0 LinkSpeed=1 Nodes=gpu[005-008]
+SwitchName=leaf3 Level=0 LinkSpeed=1 Nodes=cpu[01-64]
+SwitchName=spine Level=1 LinkSpeed=1 Nodes=cpu[01-64],gpu[001-008] Switches=leaf[1-3]
+"""
+
+
+def test_slurm_s_topology_is_cut_to_the_check_s_hosts():
+    """Slurm's tree names every node of the cluster; the check keeps its own hosts, matched by
+    name or by the name up to the first dot, and the switches' places in the tree."""
+    names = ["gpu002.cluster.example", "gpu006.cluster.example", "gpu001.cluster.example"]
+    found, why = topology.from_slurm(SCONTROL, names)
+    assert why == "" and found.path == topology.SLURM
+    assert [(s.name, s.hosts) for s in found.leaves()] == [
+        ("leaf1", ["gpu001.cluster.example", "gpu002.cluster.example"]),
+        ("leaf2", ["gpu006.cluster.example"])]
+    assert found.leaf_index(names) == [0, 1, 0]
+    assert found.switches["spine"].switches == ["leaf1", "leaf2", "leaf3"]
+
+
+def test_slurm_s_topology_that_misses_a_host_or_does_not_parse_is_not_used():
+    found, why = topology.from_slurm(SCONTROL, ["gpu001", "login1"])
+    assert found is None and why == "host login1 of the check is under no switch in it"
+    found, why = topology.from_slurm("SwitchName=a Switches=b\nSwitchName=b Switches=a\n",
+                                     ["n1"])
+    assert found is None and "a cycle of switches: a -> b -> a" in why, why
+
+
+def test_slurm_s_topology_is_read_only_under_slurm(tmp_path):
+    assert topology.slurm_text(environ={}) == (None, "not under Slurm")
+    # scontrol as a cluster without the tree plugin answers it (a script on PATH stands in for
+    # it; the real one runs in test_doctor.py under srun).
+    fake = tmp_path / "scontrol"
+    fake.write_text("#!/bin/sh\necho 'No topology information available'\n")
+    fake.chmod(0o755)
+    environ = {"SLURM_JOB_ID": "7", "PATH": str(tmp_path)}
+    text, why = topology.slurm_text(environ=environ)
+    assert text is None and why == ("Slurm has no switches to say (No topology information "
+                                    "available)"), why
+
+
 def test_every_pair_in_the_full_plan_still():
     full = plan.make("full", 6)
     pairs = [p for n in range(len(full)) for p in full.round(n)]

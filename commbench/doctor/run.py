@@ -66,7 +66,8 @@ def parser():
     p.add_argument("--topology", metavar="FILE",
                    help="which switch each host is behind, in Slurm's topology.conf form "
                         "(SwitchName=s1 Nodes=node[01-16]): the screen pairs hosts across "
-                        "switches and names a switch whose hosts are slow only to the outside")
+                        "switches and names a switch whose hosts are slow only to the outside "
+                        "(under srun: Slurm's own when it has one; 'none': no topology)")
     p.add_argument("--min-fraction", type=_fraction, default=DEFAULT_MIN_FRACTION, metavar="F",
                    help="a host or link below F of its peers' median bandwidth (or above 1/F of "
                         "their latency), and beyond 3 robust deviations of them, is suspect "
@@ -112,7 +113,8 @@ def parse(argv=None):
     args = parser().parse_args(argv)
     # What the suite's start-up reads of an op script's flags, fixed for the doctor.
     args.dtype, args.op, args.pin, args.groups = "float32", "sum", False, None
-    args.topology_of = topology.parse(args.topology) if args.topology else None
+    args.topology_of = (topology.parse(args.topology) if args.topology not in (None, "none")
+                        else None)
     if args.output:
         kind = results.output_format(args.output)
         if kind == ".csv":
@@ -134,11 +136,12 @@ class Check:
             shape = ", ".join(f"{h} {len(r)}" for h, r in zip(names, self.ranks))
             raise UsageError(f"uneven ranks per host ({shape}): start the same number of ranks "
                              "on every host")
-        self.topology = topology.check(args.topology_of, names) if args.topology_of else None
         self.plan = plan.resolve(args.plan, len(names))
         self.my_host = names.index(comm.hostnames[comm.global_rank])
         self.leader = self.ranks[self.my_host][0] == comm.global_rank
         self.control = Control(comm, args.timeout)
+        self.topology, self.topology_note = topology.for_check(
+            args.topology_of, args.topology, names, comm.global_rank, self.control)
         self.figures = verdict.Figures(
             names, args.min_fraction, args.bw_unit,
             expect_Bps=args.expect_gbps * 1e9 / 8 if args.expect_gbps else None,
@@ -366,7 +369,8 @@ def meta(args, comm, check):
             "hostnames": comm.hostnames, "hosts": check.hosts,
             "ranks_per_host": len(check.ranks[0]), "bw_unit": args.bw_unit,
             "doctor": {"plan": check.plan, "rounds": args.rounds, "seed": args.seed,
-                       "topology": args.topology, "min_fraction": args.min_fraction, "expect_gbps": args.expect_gbps,
+                       "topology": check.topology.path if check.topology else args.topology,
+                       "min_fraction": args.min_fraction, "expect_gbps": args.expect_gbps,
                        "expect_latency_us": args.expect_latency_us,
                        "small_bytes": args.small_bytes, "large_bytes": args.large_bytes,
                        "trials": args.trials, "warmups": args.warmups, "repeat": args.repeat,
@@ -391,6 +395,8 @@ def main(local_rank, args):
                  f"{args.seed}{', across switches' if check.topology else ''})" if screen else
                  f"{hosts * (hosts - 1) // 2} pairs of hosts in {len(planner)} rounds")
                 if hosts > 1 else "no links between hosts to check (one host)"))
+    if check.topology_note:
+        note(comm, f"doctor: {check.topology_note}")
     if per_host > 1:
         check.within_hosts()
     if screen:

@@ -9,9 +9,17 @@
 UsageError naming its file and line: a line without SwitchName=, a host under two switches, a
 switch that names an unknown switch or lies under two, a cycle of switches; and, held against
 the check's hosts (`check`), a host of the file that the check does not run on or a host of the
-check under no switch. All of it before any rank measures."""
+check under no switch. All of it before any rank measures.
 
+Under `srun` without --topology, the check reads Slurm's own (`slurm_text`: `scontrol show
+topology`, the same form with Level= and LinkSpeed= besides) and keeps the switches of its own
+hosts (`from_slurm`): a cluster's topology names every node it has, and a check runs on some.
+When Slurm has none, or does not place every host of the check, the check runs without one and
+says why in one line."""
+
+import os
 import re
+import subprocess
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
@@ -161,7 +169,7 @@ def check(topology, names):
     for host, number in topology.host_line.items():
         if host not in known:
             raise UsageError(f"--topology {topology.path}:{number}: unknown host {host}: the "
-                             f"check runs on {_few(names)}")
+                             f"check runs on {few(names)}")
     missing = [name for name in names if name not in topology.leaf_of]
     if missing:
         raise UsageError(f"--topology {topology.path}: host {missing[0]} of the check is under "
@@ -169,6 +177,85 @@ def check(topology, names):
     return topology
 
 
-def _few(names, most=6):
+SLURM = "Slurm's (scontrol show topology)"
+
+
+def slurm_text(timeout_s=10.0, environ=None):
+    """What `scontrol show topology` prints for the job this rank runs in, or (None, why): not
+    under Slurm, no scontrol, no answer in time, or no switch in it (a cluster without the tree
+    plugin)."""
+    environ = os.environ if environ is None else environ
+    if "SLURM_JOB_ID" not in environ:
+        return None, "not under Slurm"
+    try:
+        done = subprocess.run(["scontrol", "show", "topology"], capture_output=True, text=True,
+                              timeout=timeout_s, check=False, env=environ)
+    except FileNotFoundError:
+        return None, "scontrol is not on PATH"
+    except subprocess.TimeoutExpired:
+        return None, f"scontrol show topology did not answer in {timeout_s:g} s"
+    except OSError as error:
+        return None, f"scontrol: {error.strerror or error}"
+    if done.returncode != 0 or "SwitchName=" not in done.stdout:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        return None, f"Slurm has no switches to say ({said[0][:120] if said else 'no output'})"
+    return done.stdout, ""
+
+
+def from_slurm(text, names):
+    """Slurm's topology `text` cut to the check's hosts `names`: (Topology, "") or (None, why).
+    A host of the check is Slurm's node of the same name, or of its name up to the first dot
+    (a node is named by its short host name, a host may say its full one); switches with none
+    of the check's hosts keep their place in the tree and hold no hosts."""
+    # scontrol lists under an upper switch every node beneath it, as Nodes= beside Switches=;
+    # the file's form puts a host under its leaf alone.
+    lines = [" ".join(t for t in line.split() if not t.lower().startswith("nodes="))
+             if re.search(r"(^|\s)switches=", line, re.I) else line for line in text.splitlines()]
+    try:
+        whole = parse(SLURM, "\n".join(lines))
+    except UsageError as error:
+        return None, f"Slurm's topology is not one this check reads: {error}"
+    node_of = {}
+    for name in names:
+        for candidate in (name, name.split(".", 1)[0]):
+            if candidate in whole.leaf_of:
+                node_of[name] = candidate
+                break
+        else:
+            return None, f"host {name} of the check is under no switch in it"
+    host_of = {node: name for name, node in node_of.items()}
+    switches = {n: Switch(n, s.line, [host_of[h] for h in s.hosts if h in host_of], s.switches)
+                for n, s in whole.switches.items()}
+    leaf_of = {name: whole.leaf_of[node] for name, node in node_of.items()}
+    host_line = {name: whole.host_line[node] for name, node in node_of.items()}
+    return Topology(SLURM, switches, leaf_of, host_line), ""
+
+
+def for_check(given, flag, names, rank, control):
+    """The check's topology: --topology's file (`given`) held against its hosts; under srun
+    without one (`flag` None), Slurm's own, read by rank 0 (one scontrol call for the job, not
+    one a rank) and passed on through the store of `control`. (Topology or None, a line saying
+    what was used or why not, or "")."""
+    if given is not None:
+        return check(given, names), ""
+    if flag == "none" or "SLURM_JOB_ID" not in os.environ:
+        return None, ""
+    if rank == 0:
+        text, why = slurm_text()
+        control.post("slurm-topology", [text, why])
+    else:
+        text, why = control.fetch("slurm-topology") or (None, "rank 0 did not pass it on")
+    if text is None:
+        return None, "" if why.startswith("Slurm has no switches") else \
+            f"Slurm's topology not used: {why}"
+    found, why = from_slurm(text, names)
+    if found is None:
+        return None, f"Slurm's topology not used: {why}; the check runs without one"
+    leaves = sorted({found.leaf_of[name] for name in names})
+    return found, (f"topology: {SLURM}: the hosts are behind {len(leaves)} switch"
+                   f"{'es' if len(leaves) > 1 else ''} ({few(leaves)})")
+
+
+def few(names, most=6):
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most
                                       else "")
