@@ -8,6 +8,11 @@ each case (`--cases`: healthy, slow host, slow link).
     .venv/bin/python benchmarks/doctor_check.py --hosts 4,8 --repeat 5
     .venv/bin/python benchmarks/doctor_check.py --hosts 16 --repeat 1 --plans full,screen \
         --cases "healthy,slow host"
+    .venv/bin/python benchmarks/doctor_check.py --hosts 8 --repeat 5 --slow-repeat 3 \
+        --plans full,screen --cases "healthy,slow host" --busy 2 --rate half
+
+(the last: two CPU-bound loops beside every check, a host capped at half of the healthy
+checks' median pair bandwidth, measured beside the same loops)
 
 Prints one line per check and a summary per host count; docs/doctor.md quotes it.
 """
@@ -44,7 +49,17 @@ def check(name, subnet, count, args, output):
     seconds = time.monotonic() - started
     lines = [json.loads(line) for line in Path(output).read_text().splitlines()]
     verdict = next(line for line in lines if line.get("type") == "verdict")
+    # each pair's bandwidth (its slower direction) in the first pass: what "half" is half of
+    verdict["pair_Bps"] = [min(r["forward_Bps"], r["backward_Bps"]) for r in lines
+                           if r.get("type") == "doctor" and r.get("phase") == "pairs"
+                           and "control_for" not in r and r.get("forward_Bps")
+                           and r.get("backward_Bps")]
     return seconds, statuses, verdict
+
+
+def busy_loops(count):
+    """`count` CPU-bound processes beside the check (another job's on a shared machine)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
 
 
 def named(verdict):
@@ -58,12 +73,22 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hosts", default="4,8", help="host counts (default 4,8)")
     parser.add_argument("--repeat", type=int, default=5, help="healthy checks per count")
-    parser.add_argument("--rate", default="200mbit", help="a slowed host's or link's rate")
+    parser.add_argument("--rate", default="200mbit", help="a slowed host's or link's rate; "
+                        "'half': half of the healthy checks' median pair bandwidth (the healthy "
+                        "checks run first)")
+    parser.add_argument("--slow-repeat", type=int, default=1,
+                        help="checks per slow case (default 1)")
+    parser.add_argument("--per-switch", type=int, default=0, metavar="N",
+                        help="hosts behind switches of N (sim-hosts.sh up ... N), the check "
+                             "given their --topology; needed by the slow uplink case")
+    parser.add_argument("--busy", type=int, default=0,
+                        help="CPU-bound busy loops running beside every check (default 0)")
     parser.add_argument("--plans", default="", help="doctor.py --plan of each check, "
                         "comma-separated (full,screen: both on the same hosts); default: "
                         "doctor.py's own (auto)")
     parser.add_argument("--cases", default="healthy,slow host,slow link",
-                        help="comma-separated, of: healthy, slow host, slow link")
+                        help="comma-separated, of: healthy, slow host, slow link, slow uplink "
+                             "(switch 1's, with --per-switch)")
     parser.add_argument("doctor_args", nargs="*", help="flags for doctor.py (after --)")
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -75,54 +100,100 @@ def main():
     print(f"# {model}, {os.cpu_count()} CPUs; doctor.py {' '.join(args.doctor_args)}")
     plans = [p for p in args.plans.split(",") if p] or [""]
     cases = [c.strip() for c in args.cases.split(",")]
-    if any(c not in ("healthy", "slow host", "slow link") for c in cases):
-        parser.error(f"--cases: healthy, slow host, slow link: {args.cases}")
-    for count in map(int, args.hosts.split(",")):
-        times, healthy = {p: [] for p in plans}, {p: 0 for p in plans}
-        each = [c for c in ["healthy"] * args.repeat + ["slow host", "slow link"] if c in cases]
-        for case in each:
-            name = "bd" + uuid.uuid4().hex[:5]
-            subnet = f"10.{random.randint(128, 191)}.{random.randint(0, 255)}"
-            subprocess.run([str(SIM), "up", name, str(count), subnet], check=True,
-                           capture_output=True)
-            try:
-                if case == "slow host":
-                    subprocess.run([str(SIM), "slow", name, "2", args.rate], check=True,
-                                   capture_output=True)
-                    want = [f"host {name}2"]
-                elif case == "slow link":
-                    subprocess.run([str(SIM), "slow-link", name, "1", "3", args.rate],
-                                   check=True, capture_output=True)
-                    want = [f"link {name}1-{name}3"]
-                else:
-                    want = []
-                runs = []
-                for plan in plans:
-                    flags = [f"--plan={plan}"] if plan else []
-                    runs.append((plan, *check(name, subnet, count,
-                                              [*flags, *args.doctor_args], out)))
-            finally:
-                subprocess.run([str(SIM), "down", name], capture_output=True)
-            for plan, seconds, statuses, verdict in runs:
-                found = named(verdict)
-                right = found == want and set(statuses) == {0 if not want else 1}
-                if case == "healthy":
-                    times[plan].append(seconds)
-                    healthy[plan] += right
-                shown = f"--plan {plan:<6}  " if plan else ""
-                print(f"{count} hosts  {shown}{case:<9}  {seconds:6.1f} s  exit {statuses[0]}  "
-                      f"named: {', '.join(found) or 'nothing'}  {'ok' if right else 'WRONG'}"
-                      + (f"  (cleared: {len(verdict['cleared'])})" if verdict["cleared"] else ""),
-                      flush=True)
-                if not right:  # what it saw, to tell a real fault of the machine from a false alarm
-                    for finding in verdict["findings"]:
-                        print(f"    {finding}", flush=True)
-        for plan in plans:
-            if times[plan]:
-                shown = f" --plan {plan}" if plan else ""
-                print(f"{count} hosts{shown}: healthy checks {healthy[plan]}/{args.repeat} right, "
-                      f"median {statistics.median(times[plan]):.1f} s (min {min(times[plan]):.1f}, "
-                      f"max {max(times[plan]):.1f})", flush=True)
+    if any(c not in ("healthy", "slow host", "slow link", "slow uplink") for c in cases):
+        parser.error(f"--cases: healthy, slow host, slow link, slow uplink: {args.cases}")
+    if "slow uplink" in cases and not args.per_switch:
+        parser.error("--cases 'slow uplink' needs --per-switch N")
+    loops = busy_loops(args.busy)
+    if loops:
+        print(f"# {len(loops)} busy loop(s) beside every check (python -c 'while True: pass')")
+    try:
+        for count in map(int, args.hosts.split(",")):
+            each_count(count, args, plans, cases, out)
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+
+
+def each_count(count, args, plans, cases, out):
+    times, healthy = {p: [] for p in plans}, {p: 0 for p in plans}
+    slow = {p: [0, 0] for p in plans}  # right, checks
+    pair_Bps = []
+    each = [c for c in ["healthy"] * args.repeat +
+            ["slow host"] * args.slow_repeat + ["slow link"] * args.slow_repeat +
+            ["slow uplink"] * args.slow_repeat if c in cases]
+    for case in each:
+        rate = args.rate
+        if rate == "half" and case != "healthy":
+            if not pair_Bps:
+                sys.exit("doctor_check: --rate half needs healthy checks first (--cases)")
+            rate = f"{int(statistics.median(pair_Bps) * 8 / 1e6 / 2)}mbit"
+        name = "bd" + uuid.uuid4().hex[:5]
+        subnet = f"10.{random.randint(128, 191)}.{random.randint(0, 255)}"
+        layout = [str(args.per_switch)] if args.per_switch else []
+        subprocess.run([str(SIM), "up", name, str(count), subnet, *layout], check=True,
+                       capture_output=True)
+        topology = []
+        if args.per_switch:
+            conf = out.with_name("topology.conf")
+            conf.write_text(subprocess.run([str(SIM), "topology", name], check=True,
+                                           capture_output=True, text=True).stdout)
+            topology = [f"--topology={conf}"]
+        try:
+            if case == "slow uplink":
+                subprocess.run([str(SIM), "slow-uplink", name, "1", rate], check=True,
+                               capture_output=True)
+                want = ["switch s1"]
+            elif case == "slow host":
+                subprocess.run([str(SIM), "slow", name, "2", rate], check=True,
+                               capture_output=True)
+                want = [f"host {name}2"]
+            elif case == "slow link":
+                subprocess.run([str(SIM), "slow-link", name, "1", "3", rate],
+                               check=True, capture_output=True)
+                want = [f"link {name}1-{name}3"]
+            else:
+                want = []
+            runs = []
+            for plan in plans:
+                flags = [f"--plan={plan}"] if plan else []
+                runs.append((plan, *check(name, subnet, count,
+                                          [*flags, *topology, *args.doctor_args], out)))
+        finally:
+            subprocess.run([str(SIM), "down", name], capture_output=True)
+        for plan, seconds, statuses, verdict in runs:
+            found = named(verdict)
+            right = found == want and set(statuses) == {0 if not want else 1}
+            if case == "healthy":
+                times[plan].append(seconds)
+                healthy[plan] += right
+                pair_Bps += verdict["pair_Bps"]
+            else:
+                slow[plan] = [slow[plan][0] + right, slow[plan][1] + 1]
+            shown = f"--plan {plan:<6}  " if plan else ""
+            at = f" at {rate}" if case != "healthy" else ""
+            print(f"{count} hosts  {shown}{case + at:<9}  {seconds:6.1f} s  exit {statuses[0]}  "
+                  f"named: {', '.join(found) or 'nothing'}  {'ok' if right else 'WRONG'}"
+                  + (f"  (cleared: {len(verdict['cleared'])})" if verdict["cleared"] else ""),
+                  flush=True)
+            if not right:  # what it saw, to tell a real fault of the machine from a false alarm
+                for finding in verdict["findings"]:
+                    print(f"    {finding}", flush=True)
+                for cleared in verdict["cleared"]:
+                    print(f"    cleared: {cleared}", flush=True)
+    if pair_Bps:
+        print(f"{count} hosts: healthy pairs' median {statistics.median(pair_Bps) * 8 / 1e9:.2f}"
+              f" Gbps ({len(pair_Bps)} pairs)", flush=True)
+    for plan in plans:
+        shown = f" --plan {plan}" if plan else ""
+        if times[plan]:
+            print(f"{count} hosts{shown}: healthy checks {healthy[plan]}/{args.repeat} right, "
+                  f"median {statistics.median(times[plan]):.1f} s (min {min(times[plan]):.1f}, "
+                  f"max {max(times[plan]):.1f})", flush=True)
+        if slow[plan][1]:
+            print(f"{count} hosts{shown}: slow cases named exactly {slow[plan][0]}/"
+                  f"{slow[plan][1]}", flush=True)
 
 if __name__ == "__main__":
     main()

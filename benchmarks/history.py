@@ -7,9 +7,10 @@
 2. Speed: a database of 1,000 runs of 200 rows each (SQLite), and `report.py history` over it,
    the whole command timed, best of 3.
 
-  .venv/bin/python benchmarks/history.py                       # the noise in benchmarks/data/
+  .venv/bin/python benchmarks/history.py                       # each noise in benchmarks/data/
   .venv/bin/python benchmarks/history.py --noise-db results/commbench.db   # another database's
-  .venv/bin/python benchmarks/history.py --save-noise          # ... and keep it in benchmarks/data/
+  .venv/bin/python benchmarks/history.py --noise-db DB --save-noise NAME --source "..."
+                                                      # ... kept as data/history-noise-NAME.json
 
 The noise file holds, per series of a database of repeated runs, each run's figure over the
 series' median (no figures of its own: they come from the runs named in its "source").
@@ -66,6 +67,24 @@ def detection(noise, count, runs, at, drop, rng):
     return right, anywhere, false
 
 
+def detect(series, args, rng):
+    """Detection at one source's noise, per series and all together; prints it."""
+    total = [0, 0, 0, 0]
+    for index, (name, ratios) in enumerate(series.items()):
+        ratios = numpy.asarray(ratios)
+        spread = 1.4826 * numpy.median(numpy.abs(ratios - 1))
+        count = args.series // len(series) + (index < args.series % len(series))
+        right, anywhere, false = detection(ratios, count, args.runs, args.runs // 2, 0.10, rng)
+        total = [a + b for a, b in zip(total, (right, anywhere, false, count))]
+        print(f"  {name}: {len(ratios)} real runs, spread {spread:.1%}: a 10% drop after run "
+              f"{args.runs // 2} found within 2 runs in {right}/{count} ({right / count:.0%}), "
+              f"anywhere in {anywhere}/{count}; a change claimed without one in {false}/{count} "
+              f"({false / count:.0%})")
+    right, anywhere, false, count = total
+    print(f"  all: found within 2 runs in {right}/{count} ({right / count:.1%}), anywhere in "
+          f"{anywhere}/{count}; false claims {false}/{count} ({false / count:.1%})")
+
+
 def speed(runs, rows):
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "history.db")
@@ -107,54 +126,45 @@ def speed(runs, rows):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--noise-db", help="a database of repeated runs of one command")
-    parser.add_argument("--save-noise", action="store_true",
-                        help="keep --noise-db's noise in benchmarks/data/history-noise.json")
+    parser.add_argument("--save-noise", metavar="NAME",
+                        help="keep --noise-db's noise in benchmarks/data/history-noise-NAME.json")
+    parser.add_argument("--source", help="with --save-noise: the runs' command, when and where")
     parser.add_argument("--series", type=int, default=200)
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--speed-runs", type=int, default=1000)
     parser.add_argument("--scaled-spread", type=float, default=0.03,
-                        help="the second detection line's noise spread (default 0.03: 3%%)")
+                        help="the last detection line's noise spread (default 0.03: 3%%)")
     args = parser.parse_args()
     if args.noise_db:
-        noise = {"source": f"report.py history of {args.noise_db}",
-                 "series": noise_from(args.noise_db)}
+        noises = [{"source": args.source or f"report.py history of {args.noise_db}",
+                   "series": noise_from(args.noise_db)}]
         if args.save_noise:
             NOISE.parent.mkdir(exist_ok=True)
-            NOISE.write_text(json.dumps(noise, indent=1) + "\n")
+            path = NOISE.with_name(f"history-noise-{args.save_noise}.json")
+            path.write_text(json.dumps(noises[0], indent=1) + "\n")
     else:
-        noise = json.loads(NOISE.read_text())
-    print(f"noise: {noise['source']}")
+        noises = [json.loads(path.read_text())
+                  for path in sorted(NOISE.parent.glob("history-noise*.json"))]
     rng = numpy.random.default_rng(38)
+    for noise in noises:
+        print(f"noise: {noise['source']}")
+        detect(noise["series"], args, rng)
+    # The method apart from this machine's noise: the first source's real deviations, scaled
+    # down to a spread of --scaled-spread (a quieter machine's), same shape (the tails stay).
     total = [0, 0, 0, 0]
-    sources = len(noise["series"])
-    for index, (name, ratios) in enumerate(noise["series"].items()):
-        ratios = numpy.asarray(ratios)
-        spread = 1.4826 * numpy.median(numpy.abs(ratios - 1))
-        count = args.series // sources + (index < args.series % sources)
-        right, anywhere, false = detection(ratios, count, args.runs, args.runs // 2, 0.10, rng)
-        total = [a + b for a, b in zip(total, (right, anywhere, false, count))]
-        print(f"  {name}: {len(ratios)} real runs, spread {spread:.1%}: a 10% drop after run "
-              f"{args.runs // 2} found within 2 runs in {right}/{count} ({right / count:.0%}), "
-              f"anywhere in {anywhere}/{count}; a change claimed without one in {false}/{count} "
-              f"({false / count:.0%})")
-    right, anywhere, false, count = total
-    print(f"all: found within 2 runs in {right}/{count} ({right / count:.1%}), anywhere in "
-          f"{anywhere}/{count}; false claims {false}/{count} ({false / count:.1%})")
-    # The method apart from this machine's noise: the same real deviations, scaled down to a
-    # spread of --scaled-spread (a quieter machine's), same shape (the tails stay).
-    total = [0, 0, 0, 0]
-    for index, ratios in enumerate(noise["series"].values()):
+    series = noises[0]["series"]
+    for index, ratios in enumerate(series.values()):
         ratios = numpy.asarray(ratios)
         spread = 1.4826 * numpy.median(numpy.abs(ratios - 1))
         scaled = 1 + (ratios - 1) * (args.scaled_spread / spread)
         scaled = scaled[scaled > 0]
-        count = args.series // sources + (index < args.series % sources)
+        count = args.series // len(series) + (index < args.series % len(series))
         found = detection(scaled, count, args.runs, args.runs // 2, 0.10, rng)
         total = [a + b for a, b in zip(total, found + (count,))]
     right, anywhere, false, count = total
-    print(f"the same deviations scaled to a spread of {args.scaled_spread:.0%}: found within 2 "
-          f"runs in {right}/{count} ({right / count:.1%}), anywhere in {anywhere}/{count}; "
-          f"false claims {false}/{count} ({false / count:.1%})")
+    print(f"the first noise's deviations scaled to a spread of {args.scaled_spread:.0%}: found "
+          f"within 2 runs in {right}/{count} ({right / count:.1%}), anywhere in {anywhere}/"
+          f"{count}; false claims {false}/{count} ({false / count:.1%})")
     written, command, inside, series, lines = speed(args.speed_runs, 200)
     print(f"speed: {args.speed_runs} runs x 200 rows written in {written:.1f} s; report.py "
           f"history over them: {command:.2f} s the whole command (best of 3), {inside:.2f} s "

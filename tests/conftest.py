@@ -62,11 +62,13 @@ def hosts():
     require_root("simulated hosts need root (network namespaces)")
     made = []
 
-    def up(count):
+    def up(count, per_switch=0):
+        """`per_switch`: the hosts behind switches of that many, joined by uplinks."""
         name = "cb" + uuid.uuid4().hex[:6]
         subnet = f"10.{random.randint(64, 127)}.{random.randint(0, 255)}"
         made.append(name)
-        result = subprocess.run([str(SIM_HOSTS), "up", name, str(count), subnet],
+        layout = [str(per_switch)] if per_switch else []
+        result = subprocess.run([str(SIM_HOSTS), "up", name, str(count), subnet, *layout],
                                 capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stderr
         return name, subnet

@@ -337,6 +337,11 @@ def test_one_host_checks_its_ranks_and_says_no_links(tmp_path):
         in result.stdout and "none slower than it was" in result.stdout, result.stdout
     ratio = final["baseline"]["hosts"][socket.gethostname()]
     assert ratio == pytest.approx(records[0]["busbw_Bps"], rel=1e-3)
+    # ... and its latency against theirs (1 s each: as fast as it was means past / now)
+    assert "baseline (latency): 1 host(s) and 0 link(s) against their own last 10 checks" \
+        in result.stdout, result.stdout
+    ratio = final["baseline"]["latency"]["hosts"][socket.gethostname()]
+    assert ratio == pytest.approx(1.0 / records[0]["latency_s"], rel=1e-3)
 
 
 def earlier_checks(path, host, count):
@@ -344,7 +349,8 @@ def earlier_checks(path, host, count):
     store = Store(path)
     for _ in range(count):
         writer = RunWriter(store, {"ops": ["doctor"], "hostnames": [host]})
-        writer.add({"type": "doctor", "phase": "intra", "host": host, "busbw_Bps": 1.0})
+        writer.add({"type": "doctor", "phase": "intra", "host": host, "busbw_Bps": 1.0,
+                    "latency_s": 1.0})
         writer.close()
     store.close()
 

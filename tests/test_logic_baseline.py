@@ -21,17 +21,19 @@ def link_speed(a, b):
     return min(SPEED[a], SPEED[b])
 
 
-def write_check(store, scale=1.0, slow_link=None, tag="fleet", jitter=0.0):
+def write_check(store, scale=1.0, slow_link=None, tag="fleet", jitter=0.0, late=1.0):
     meta = {"ops": ["doctor"], "dist": "torch", "backend": "gloo", "world_size": 4,
             "hostnames": HOSTS}
     writer = RunWriter(store, meta, tag=tag)
     for i, host in enumerate(HOSTS):
         writer.add({"type": "doctor", "phase": "intra", "host": host, "ranks": [i],
-                    "busbw_Bps": scale * SPEED[host] * (1 + jitter) * GB, "latency_s": 1e-5})
+                    "busbw_Bps": scale * SPEED[host] * (1 + jitter) * GB,
+                    "latency_s": late * 1e-5 * (1 - jitter)})
     for a, b in pairs():
         bw = scale * link_speed(a, b) * (1 - jitter) * GB * (0.5 if (a, b) == slow_link else 1)
         writer.add({"type": "doctor", "phase": "pairs", "hosts": [a, b], "ranks": [0, 1],
-                    "latency_s": 2e-5, "forward_Bps": bw, "backward_Bps": bw * 1.1,
+                    "latency_s": late * 2e-5 * (1 + jitter), "forward_Bps": bw,
+                    "backward_Bps": bw * 1.1,
                     "both_Bps": 2 * bw})
     writer.add({"type": "verdict", "healthy": True})
     writer.close()
@@ -41,13 +43,14 @@ def pairs():
     return [(a, b) for i, a in enumerate(HOSTS) for b in HOSTS[i + 1:]]
 
 
-def figures_now(scale=1.0, slow_link=None):
+def figures_now(scale=1.0, slow_link=None, late=1.0, late_link=None):
     figures = Figures(HOSTS, 0.8)
     for i, host in enumerate(HOSTS):
-        figures.hosts[i] = Host(scale * SPEED[host] * GB, 1e-5)
+        figures.hosts[i] = Host(scale * SPEED[host] * GB, late * 1e-5)
     for a, b in pairs():
         bw = scale * link_speed(a, b) * GB * (0.5 if (a, b) == slow_link else 1)
-        figures.links[(HOSTS.index(a), HOSTS.index(b))] = Link(2e-5, bw, bw * 1.1, 2 * bw)
+        latency = late * 2e-5 * (2.1 if (a, b) == late_link else 1)
+        figures.links[(HOSTS.index(a), HOSTS.index(b))] = Link(latency, bw, bw * 1.1, 2 * bw)
     return figures
 
 
@@ -77,7 +80,7 @@ def test_a_host_always_a_little_slower_is_no_new_alarm(database):
     assert part["findings"] == []
     # n3 is 0.85x its peers today, as it always was: 1.0x its own past
     assert part["hosts"]["n3"] == pytest.approx(1.0, abs=0.01)
-    line = part["lines"][-1]
+    line = part["lines"][0]
     assert "median 1.00x (slower below 0.80x" in line and line.endswith(
         "; none slower than it was"), line
 
@@ -88,6 +91,23 @@ def test_one_link_slower_than_it_was_is_named_alone(database):
     assert part["findings"] == ["link n1 - n4: 0.50x its median of the last 10 checks (the "
                                 "others 1.00x)"]
     assert final["healthy"] is False
+
+
+def test_latency_is_judged_against_its_own_past_too(database):
+    """One link's latency twice what it was, its bandwidth as ever: named alone, by its latency;
+    every latency 1.5x: the fleet, by its latency; the bandwidth's verdict untouched."""
+    part = baseline.check(database, figures_now(late_link=("n2", "n3")), tag="fleet")
+    assert part["findings"] == ["link n2 - n3: latency 2.10x its median of the last 10 checks "
+                                "(the others latency 1.00x)"]
+    assert part["latency"]["links"]["n2-n3"] == pytest.approx(1 / 2.1, abs=0.01)
+    assert part["lines"][1].startswith("baseline (latency): 4 host(s) and 6 link(s) against "
+                                       "their own last 10 checks: median latency 1.00x (slower "
+                                       "above 1.25x: 1/0.8, or 3 run-to-run spreads"), part
+    part = baseline.check(database, figures_now(late=1.5), tag="fleet")
+    assert part["findings"] == ["every host's links' latency 1.50x their median of the last 10 "
+                                "checks: the fleet is slower than it was (its peers cannot see "
+                                "that)"], part
+    assert part["fleet_ratio"] == pytest.approx(1.0, abs=0.01)
 
 
 def test_the_older_checks_and_other_tags_are_not_the_baseline(database):

@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 
-from commbench.doctor import render, schedule, verdict
+from commbench.doctor import fleet, render, schedule, verdict
 from commbench.doctor.verdict import Figures, Host, Link
 
 pytestmark = pytest.mark.fast
@@ -430,6 +430,55 @@ def test_a_slow_host_is_still_named_with_its_control_pair():
     assert found.findings[0].text.endswith(
         "; retested against n0, n1: 0.2 Gbps, 20.0 us (at the same time, n1-n3 8 Gbps, n0-n3 "
         "8 Gbps)")
+
+
+@pytest.mark.parametrize("retest_gbps,named", [(5.5, True), (8.5, False)])
+def test_a_host_at_half_is_named_beside_its_control_not_by_a_coin(retest_gbps, named):
+    """A host capped at about half its peers: 0.45x in the first pass, 0.55x when retested (a
+    fraction of 0.5 is a coin at that cap; it cleared such a host as noise in 1 of 3 real
+    checks beside two busy loops). Beside control pairs at 10 Gbps at the same moment, 5.5 is
+    z -5.5 each (sigma the noise model's 0.077, the good links being alike): named; 8.5 (z
+    -1.5) is noise."""
+    f = figures(4, slow=links_of_host(2, 4, 4.5), link_gbps=10.0, fraction=0.5)
+    judgement = verdict.first_pass(f)
+    again = {pair: retest_gbps if 2 in pair else 10.0
+             for pair in itertools.combinations(range(4), 2)}
+    found = retested(f, judgement, again)
+    if named:
+        assert [(x.kind, x.hosts, x.retested) for x in found.findings] == [("host", (2,), True)]
+        assert found.findings[0].text.endswith(
+            "; retested against n0, n1: 5.5 Gbps, 20.0 us (at the same time, n1-n3 10 Gbps, "
+            "n0-n3 10 Gbps)"), found.findings[0].text
+    else:
+        assert found.findings == [] and found.cleared[0].endswith(
+            "but not against n0, n1: noise"), found.cleared
+
+
+def full_plan(count, slow_host, factor, link_gbps=10.0):
+    """The full plan's figures as run.py keeps them: every pair in its round-robin round."""
+    f = figures(count, slow=links_of_host(slow_host, count, link_gbps * factor),
+                link_gbps=link_gbps, fraction=0.5)
+    for number, pairs in enumerate(schedule.round_robin(count)):
+        f.measured += [(number, i, j, f.links[(i, j)]) for i, j in pairs]
+    return f
+
+
+@pytest.mark.parametrize("factor,suspect", [(0.6, True), (0.9, False), (1.0, False)])
+def test_the_full_plan_also_suspects_a_host_slow_in_every_pair(factor, suspect):
+    """Host 2 at 0.6x in all of its 5 pairs: above --min-fraction 0.5, so the fraction rule
+    passes it, but slow in every pair beyond the bar (z -6.6 against each round's reference):
+    a suspect, then named when its retest beside a control is as slow; at 0.9x (z -1.4) or
+    in line, no suspect."""
+    f = full_plan(6, 2, factor)
+    judgement = fleet.consistent_hosts(f, verdict.first_pass(f))
+    hosts = [x.hosts for x in judgement.suspects if x.kind == "host"]
+    assert hosts == ([(2,)] if suspect else []), [x.text for x in judgement.suspects]
+    if suspect:
+        assert judgement.suspects[0].text.startswith("slow in all of its 5 pairs: its best "
+                                                     "0.60x the fleet's median")
+        again = {pair: 6.0 if 2 in pair else 10.0 for pair in itertools.combinations(range(6), 2)}
+        found = retested(f, judgement, again)
+        assert [(x.kind, x.hosts, x.retested) for x in found.findings] == [("host", (2,), True)]
 
 
 def test_a_suspect_slow_only_as_its_control_pair_is_cleared_the_machine_was_busy():

@@ -175,7 +175,7 @@ def test_ten_runs_of_one_command_claim_no_change_and_a_delay_is_named(tmp_path, 
     one database (--db), each compared with the next through `report.py compare --db` (ten
     pairs, the last with the first): a change claimed in at most 1 of the ten op-level verdicts
     (each judged against the spread of the database's runs: a 95% interval, so 1 pair in 20 is
-    expected); `report.py history` lists the ten with its verdict; a run with 3 ms added before
+    expected); `report.py history` lists the ten and says "no change"; a run with 3 ms added before
     every trial on rank 1 (kept out of the database) is named slower against the first."""
     if backend == "ccl":
         require_ccl()
@@ -204,7 +204,11 @@ def test_ten_runs_of_one_command_claim_no_change_and_a_delay_is_named(tmp_path, 
     assert report(["history", "--db", str(db), "--tag", "ten"]) == 0
     shown = capsys.readouterr().out
     assert len(re.findall(r"^  run \d+ ", shown, re.M)) == 10, shown
-    assert re.search(r"^  verdict: (no change over 10 runs|changed at run)", shown, re.M), shown
+    # Held to "no change": ten runs of one command claim one only if the last five are all
+    # slower (or faster) than the first five (1 order in 126 without a change: p = 0.008).
+    verdicts = re.findall(r"^  verdict: .*$", shown, re.M)
+    held = [v for v in verdicts if v.startswith("  verdict: no change over 10 runs (")]
+    assert verdicts and held == verdicts, shown
     assert report(["compare", str(paths[0]), str(late), "--db", str(db)]) == 0
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("all_reduce:")]
     assert re.search(r"slower at small messages: \+\d+% \[\+\d+%, \+\d+%\]", line), line

@@ -158,12 +158,8 @@ def first_pass(figures, alpha=ALPHA):
                           figures.leaf[i] == figures.leaf[j]), default=None)
             if inside is None or inside > -scores.host_bar(h):
                 continue  # slow only to the outside: its switch explains it
-        best = scores.best[h]
-        judgement.suspects.append(Finding(
-            "host", (h,), f"slow in all of its {scores.count[h]} pairs: its best "
-            f"{_ratio(best, scores.sigma):.2f}x the fleet's median in the same round (z "
-            f"{best:.1f}; the bar -{scores.host_bar(h):.1f}: at most {ALPHA:g} false alarms per "
-            "healthy fleet)", measure="bandwidth"))
+        judgement.suspects.append(Finding("host", (h,), _slow_in_all(scores, h),
+                                          measure="bandwidth"))
     named = {h for f in judgement.suspects for h in f.hosts}
     link_bar = bar(max(1, len(scores.z)), 1, alpha)
     for _, i, j, z in scores.z:
@@ -176,6 +172,29 @@ def first_pass(figures, alpha=ALPHA):
                 "link", (i, j), f"{_ratio(z, scores.sigma):.2f}x the fleet's median in its "
                 f"round (z {z:.1f}, the bar -{link_bar:.1f}), both hosts in line in their other "
                 "pairs", measure="bandwidth"))
+    return judgement
+
+
+def _slow_in_all(scores, h):
+    best = scores.best[h]
+    return (f"slow in all of its {scores.count[h]} pairs: its best {_ratio(best, scores.sigma):.2f}"
+            f"x the fleet's median in the same round (z {best:.1f}; the bar "
+            f"-{scores.host_bar(h):.1f}: at most {ALPHA:g} false alarms per healthy fleet)")
+
+
+def consistent_hosts(figures, judgement):
+    """The full plan's first pass (verdict.first_pass: the --min-fraction rule) joined by the
+    screen's test on all of a host's pairs: a host slow in every pair it was in, its best pair
+    below the bar against its round's reference, is a suspect too. The fraction alone is a coin
+    for a host at about half its peers (one of three checks beside two busy loops missed a host
+    capped at half); its retest beside a control pair then decides (verdict.confirm)."""
+    scores = Scores(figures)
+    for _ in range(2):
+        scores = Scores(figures, frozenset(scores.suspect_hosts()))
+    known = {f.hosts[0] for f in judgement.suspects if f.kind == "host"}
+    for h in sorted(scores.suspect_hosts() - known):
+        judgement.suspects.append(Finding("host", (h,), _slow_in_all(scores, h),
+                                          measure="bandwidth"))
     return judgement
 
 

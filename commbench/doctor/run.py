@@ -407,7 +407,8 @@ def main(local_rank, args):
     judgement = None
     retests = {"intra": False, "pairs": [], "controls": None}
     if comm.global_rank == 0:
-        judgement = (fleet if screen else verdict).first_pass(check.figures)
+        judgement = fleet.first_pass(check.figures) if screen else \
+            fleet.consistent_hosts(check.figures, verdict.first_pass(check.figures))
         if args.retest:
             # Each suspect beside a control pair of good hosts measured at the same time where
             # there are hosts for one: a second opinion with its own yardstick of that moment

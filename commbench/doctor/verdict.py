@@ -14,8 +14,20 @@ sets: --min-fraction) and, with 5 peers or more, also three robust standard devi
 the MAD of fewer values says little: two peers 8 and 14 Gbps would excuse anything). A link's
 latency is out of line only when the low end of its 95% interval is too: a window of
 descheduled round trips (835 us, its interval 0-2310 us, beside links of 249 and 198 us) is
-noise, not a slow link."""
+noise, not a slow link.
 
+A suspect host's retests over bandwidth name it by either of two rules: below `fraction` of the
+good links' median and of the control pairs beside them; or, with control pairs, the retests
+together below -3 against their controls, as the screen's retest does (each retest's log ratio
+to its control over sqrt 2 x the spread of the good links' log bandwidths, never under the noise
+model's; their sum over the root of their number, each below -1.5). A host capped at half of
+its peers sits on the first rule's edge (a coin decides it); the second names it beside a
+control at its own pace and clears it when the control was as slow.
+
+(Over 400 lines: the full plan's verdict is one piece, first pass to confirmation, with its
+rules side by side; fleet.py holds the screen's.)"""
+
+import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -348,6 +360,23 @@ def _controls(figures, pairs):
     return [lk for _, lk in found], words
 
 
+def _below_controls(figures, retested, good_links, bar=3.0):
+    """Whether the retests of `retested` pairs are together below -bar against the control
+    pairs measured beside them (the screen's rule; module docstring). False without controls."""
+    from .noise import SIGMA
+    logs = [math.log(lk.bandwidth) for lk in good_links if lk.bandwidth]
+    sigma = SIGMA
+    if len(logs) >= SPREAD_PEERS:
+        middle = statistics.median(logs)
+        sigma = max(sigma, MAD_SCALE * statistics.median(abs(x - middle) for x in logs))
+    zs = []
+    for pair in retested:
+        again, control = figures.retests.get(pair), figures.controls.get(pair)
+        if again and control and again.bandwidth and control.bandwidth:
+            zs.append(math.log(again.bandwidth / control.bandwidth) / (sigma * math.sqrt(2)))
+    return bool(zs) and max(zs) < -bar / 2 and sum(zs) / math.sqrt(len(zs)) < -bar
+
+
 def _beside(measure, value, controls, fraction):
     """Whether `value` (a retest's bandwidth or latency) is still out of line against the
     control pairs measured at the same time: under fraction x their median bandwidth, or over
@@ -394,7 +423,9 @@ def confirm(figures, judgement):
             late = bool(lats and ref_lat and lat > statistics.median(ref_lat) / fraction)
             controls, control_words = _controls(figures, retested)
             still = (slow and _beside("bandwidth", bw, controls, fraction)) or \
-                (late and _beside("latency", lat, controls, fraction))
+                (late and _beside("latency", lat, controls, fraction)) or \
+                (finding.measure == "bandwidth" and
+                 _below_controls(figures, retested, good_links))
             names = ", ".join(figures.names[b if a == h else a] for a, b in retested)
             if still:
                 finding.retested = True
