@@ -191,42 +191,49 @@ def run_by_hand(name, subnet, count, *args, timeout=240):
 
 
 @serial
-def test_the_screen_on_eight_hosts_names_a_slow_host_and_only_it(hosts, tmp_path):
-    """--plan screen --topology (2 switches of 4) on real ranks, host 3 slowed: 3 rounds of 4
-    disjoint pairs (the first inside the switches, the next across), then the retests beside
-    their control pairs; host 3 named, and only it (not its switch), exit 1. (A healthy fleet
-    naming nothing: the model's tests, test_logic_doctor_screen.py.)"""
-    name, subnet = hosts(8)
+def test_the_screen_of_sixteen_hosts_healthy_then_a_slow_uplink_and_a_slow_host(hosts,
+                                                                               tmp_path):
+    """16 hosts behind 4 switches of 4 (--topology from sim-hosts.sh), --plan screen, one rank
+    each. Healthy: 3 rounds of 8 disjoint pairs (the first inside the switches, the next two
+    across), nothing named, exit 0. Then switch 1's uplink at 1 Gbit (its hosts at full speed
+    among themselves, slow to all outside) and host 11, behind switch 3, at 300 Mbit: switch s1
+    named as the switch (none of its hosts) and host 11 as a host, each confirmed by its retests
+    beside control pairs, exit 1."""
+    name, subnet = hosts(16, per_switch=4)
     conf = tmp_path / "topology.conf"
-    conf.write_text(f"SwitchName=s1 Nodes={name}[1-4]\nSwitchName=s2 Nodes={name}[5-8]\n"
-                    "SwitchName=spine Switches=s[1-2]\n")
-    slow_host(name, 3, "300mbit")  # under a busy machine's pairs (1 Gbit hid among them once)
-    output = tmp_path / "screen.jsonl"
-    (stdout, stderr), statuses = run_by_hand(
-        name, subnet, 8, *QUICK, "--repeat=2", "--plan=screen", "--rounds=3", "--seed=4",
-        f"--topology={conf}", f"--output={output}")
-    assert statuses == [1] * 8, stdout + stderr
+    conf.write_text(subprocess.run([str(SIM_HOSTS), "topology", name], check=True,
+                                   capture_output=True, text=True).stdout)
+    flags = [*QUICK, "--plan=screen", "--seed=4", f"--topology={conf}"]
+    output = tmp_path / "healthy.jsonl"
+    (stdout, stderr), statuses = run_by_hand(name, subnet, 16, *flags, f"--output={output}")
+    assert statuses == [0] * 16, stdout + stderr
     assert "the screen: 3 rounds of disjoint pairs of hosts (--seed 4, across switches)" in \
         stderr
-    meta, records, final = verdict_of(output)
-    assert meta["doctor"]["plan"] == "screen"
-    assert (final["suspect_hosts"], final["suspect_links"], final["suspect_switches"],
-            final["unreachable"]) == ([f"{name}3"], [], [], []), final
-    (line,) = findings(stderr)
-    assert line.startswith(f"commbench: slow host {name}3 (bandwidth of its links to the other "
-                           "hosts): slow in all of its 3 pairs") and "beside" in line, line
+    _, records, final = verdict_of(output, stdout + stderr)
+    assert final["healthy"] and findings(stderr) == [], stdout + stderr
     pairs = [r for r in records if r.get("phase") == "pairs"]
     for number in range(3):
-        hosts_of = [h for r in pairs if r["round"] == number for h in r["hosts"]]
-        assert sorted(hosts_of) == [f"{name}{i}" for i in range(1, 9)]  # a perfect matching
-        inside = [(int(a[-1]) - 1) // 4 == (int(b[-1]) - 1) // 4 for r in pairs
-                  if r["round"] == number for a, b in (r["hosts"],)]
+        hosts_of = sorted(h for r in pairs if r["round"] == number for h in r["hosts"])
+        assert hosts_of == sorted(f"{name}{i}" for i in range(1, 17))  # a perfect matching
+        inside = [(int(a[len(name):]) - 1) // 4 == (int(b[len(name):]) - 1) // 4
+                  for r in pairs if r["round"] == number for a, b in (r["hosts"],)]
         assert all(inside) if number == 0 else not any(inside), (number, pairs)
-    retests = [r for r in records if r.get("phase") in ("retest", "control")]
-    assert min(r["round"] for r in retests) == 3, retests  # after the screen's 3 rounds
-    assert sum(r["phase"] == "retest" and f"{name}3" in r["hosts"] for r in retests) == 2
-    assert all(any(c["phase"] == "control" and c["round"] == r["round"] for c in retests)
-               for r in retests if r["phase"] == "retest"), retests  # each beside a control
+    subprocess.run([str(SIM_HOSTS), "slow-uplink", name, "1", "1gbit"], check=True,
+                   capture_output=True)
+    slow_host(name, 11, "300mbit")
+    output = tmp_path / "faults.jsonl"
+    (stdout, stderr), statuses = run_by_hand(name, subnet, 16, *flags, f"--output={output}")
+    assert statuses == [1] * 16, stdout + stderr
+    _, records, final = verdict_of(output, stdout + stderr)
+    assert (final["suspect_switches"], final["suspect_hosts"], final["suspect_links"],
+            final["unreachable"]) == (["s1"], [f"{name}11"], [], []), stdout + stderr
+    lines = [line for line in stderr.splitlines() if line.startswith(
+        ("commbench: slow ", "commbench: suspect switch ", "commbench: unreachable "))]
+    assert len(lines) == 2, stderr
+    said = "\n".join(lines)
+    assert f"slow host {name}11 (bandwidth of its links to the other hosts)" in said, said
+    assert "suspect switch s1 (its hosts in line among themselves, slow to every host outside " \
+        "it: its uplink)" in said and "against the control" in said, said
 
 
 def test_a_bad_topology_is_refused_before_anything_starts(tmp_path):

@@ -137,6 +137,46 @@ def test_a_retest_slow_beside_a_fast_control_names_the_host():
     assert "beside" in judgement.findings[0].text
 
 
+def test_a_host_suspect_behind_a_suspect_switch_is_retested_inside_it():
+    """16 hosts behind 4 switches of 4, switch 1's uplink slowed: its hosts slow to everyone
+    outside, and host 0 also a little slow inside (z -3.0, at the bar: seen on real simulated
+    hosts; host 1 too, its partner there). Retested against hosts outside, they crossed the
+    slow uplink and were named beside the switch; they meet their own switch's hosts instead, at
+    full speed there, and are cleared."""
+    figures = Figures([f"n{h}" for h in range(16)], 0.5)
+    figures.leaf = [h // 4 for h in range(16)]
+    figures.switch_names = ["s1", "s2", "s3", "s4"]
+    rounds = [[(h, h + 1) for h in range(0, 16, 2)],  # inside the switches
+              [(h, h + 4) for h in range(0, 16, 8) for h in range(h, h + 4)],
+              [(h, (h + 8) % 16) for h in range(8)]]
+    for number, pairs in enumerate(rounds):
+        for a, b in pairs:
+            across = figures.leaf[a] != figures.leaf[b]
+            gbps = 0.3 if across and 0 in (figures.leaf[a], figures.leaf[b]) else \
+                (4.8 if 0 in (a, b) else 6.0 + 0.01 * (a + b))
+            bw = gbps * GBPS
+            figures.measured.append((number, a, b, Link(20e-6, bw, bw, 2 * bw)))
+            figures.links[(a, b)] = figures.measured[-1][3]
+    judgement = fleet.first_pass(figures)
+    # hosts 0 and 1 (their inside pair the slow one), and the switch
+    assert sorted((f.kind, f.hosts[0]) for f in judgement.suspects) == \
+        [("host", 0), ("host", 1), ("switch", 0)], [f.text for f in judgement.suspects]
+    retests, controls = fleet.retest_plan(figures, judgement)
+    for host in [f for f in judgement.suspects if f.kind == "host"]:
+        assert host.pairs and all(set(p) <= {0, 1, 2, 3} for p in host.pairs), host.pairs
+    for number, pairs in enumerate(retests, 3):
+        for pair in pairs:
+            crosses = len({figures.leaf[h] for h in pair}) > 1 and \
+                0 in {figures.leaf[h] for h in pair}
+            gbps = 0.3 if crosses else 6.0
+            link = Link(20e-6, gbps * GBPS, gbps * GBPS, 2 * gbps * GBPS)
+            figures.retest_log.append((number, pair, link, controls.get(pair)))
+    judgement = fleet.confirm(figures, judgement)
+    assert [(f.kind, f.switch) for f in judgement.findings] == [("switch", "s1")]
+    assert sorted(c.split(" was ")[0] for c in judgement.cleared) == ["host n0", "host n1"], \
+        judgement.cleared
+
+
 def test_a_retest_as_slow_as_its_control_names_nothing_the_machine_was_busy():
     judgement = _by_hand(retest_gbps=3.0, control_gbps=3.1)
     assert judgement.findings == []

@@ -213,12 +213,17 @@ def good_hosts(figures, judgement):
 
 def retest_plan(figures, judgement, per_host=2):
     """(rounds, controls): rounds of disjoint pairs retesting every suspect (a host against
-    `per_host` good hosts, one a round; a link itself; a switch: `per_host` of its hosts, each
-    against a good host behind another switch), each beside a control pair of two good hosts
+    `per_host` good hosts, one a round, or, behind a suspect switch, against the switch's other
+    hosts; a link itself; a switch: every one of its hosts against a good host behind another
+    switch, in a round of its own), each beside a control pair of two good hosts
     (controls: control pair -> the pair it is the yardstick of). Each finding's retested pairs
     go to its .pairs."""
     good = good_hosts(figures, judgement)
     leaf = figures.leaf
+    # a suspect host behind a suspect switch meets its switch's other hosts: a pair outside
+    # crosses the uplink the switch is suspected of, which would condemn the host for it
+    mates = {h: [m for m in f.hosts if m != h] for f in judgement.suspects
+             if f.kind == "switch" for h in f.hosts}
     wants = []  # [finding, suspect host or None (a link), hosts it may not meet, count]
     for finding in judgement.suspects:
         if finding.intra:
@@ -256,9 +261,12 @@ def retest_plan(figures, judgement, per_host=2):
             else:
                 if h in used:
                     continue
-                outside = finding.kind == "switch"
-                g = take(lambda g: g != h and g not in met and
-                         (not outside or leaf is None or leaf[g] != leaf[h]))
+                if h in mates:
+                    g = next((m for m in mates[h] if m not in used and m not in met), None)
+                    if g is not None:
+                        used.add(g)
+                else:
+                    g = take(lambda g: g != h and g not in met)
                 if g is None:
                     want[3] = 0
                     continue
