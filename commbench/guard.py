@@ -38,10 +38,13 @@ def _expire(message, explain, on_expire):
             line = explain(message)
         except Exception:  # the plain line rather than none
             line = message
-    say(f"{PROG}: error: {line}")
-    if on_expire is not None:
+    if on_expire is not None:  # rank 0's failure record, then its line, then the others go
         with contextlib.suppress(Exception):
             on_expire(line)
+    say(f"{PROG}: error: {line}")
+    if claim is not None and getattr(claim, "rank", None) == 0:
+        with contextlib.suppress(Exception):
+            claim.release()
     shm.release_ccl_endpoints()
     os._exit(1)
 

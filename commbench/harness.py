@@ -452,7 +452,7 @@ def _measure_passes(collective, args, comm, numels, schedule, windows, records, 
                 except RuntimeError as error:  # DistError is a RuntimeError: a peer failed
                     line = f"{where} failed: {whereabouts.reason_of(error)}"
                     if explain is not None and peer_failure(error):  # a timeout, ours or a peer's
-                        line = comm.whereabouts.name_on_failure(line, record_failure)
+                        raise comm.whereabouts.name_on_failure(line, record_failure) from None
                     raise BenchmarkError(line, rank_local=True) from None
                 del buffers
             if bar is not None:

@@ -27,7 +27,8 @@ from datetime import timedelta
 
 import torch.distributed
 
-from .guard import peer_failure
+from .errors import PROG, BenchmarkError
+from .guard import peer_failure, say
 from .table import convert_size
 
 PREFIX = "commbench/whereabouts/"
@@ -142,9 +143,7 @@ def named_on_timeout(comm, where, record=None):
         found = getattr(comm, "whereabouts", None)
         if found is None or not peer_failure(error):
             raise
-        from .errors import BenchmarkError
-        raise BenchmarkError(found.name_on_failure(f"{where} failed: {reason_of(error)}", record),
-                             rank_local=True) from None
+        raise found.name_on_failure(f"{where} failed: {reason_of(error)}", record) from None
 
 
 def reason_of(error):
@@ -159,7 +158,7 @@ class Whereabouts:
         self.store, self.alarm = store, alarm
         self.op, self.size, self.phase, self.marks = None, None, "start-up", None
         self._lock, self._claimed = threading.Lock(), False
-        self.pulse = None
+        self.pulse, self._posted = None, []
 
     def claim(self):
         """True for the first of the deadline thread and the main thread (the backend's own
@@ -170,8 +169,10 @@ class Whereabouts:
 
     def name_on_failure(self, line, record=None):
         """The main thread's collective failed on the backend's side (its own timeout, or a
-        peer's that closed the connection first): the line naming who did not come, kept by
-        record(line). The deadline's thread may have begun first: it says it and ends the
+        peer's that closed the connection first): the error to raise, its line naming who did
+        not come, kept by record(line). Rank 0 says it (and records it) before it lets the other
+        ranks go: a launcher ends the whole job at the first rank's exit, and rank 0's line is
+        the one that names. The deadline's thread may have begun first: it says it and ends the
         process."""
         if not self.claim():
             time.sleep(3600)
@@ -179,7 +180,12 @@ class Whereabouts:
         if record is not None:
             with contextlib.suppress(Exception):
                 record(line)
-        return line
+        error = BenchmarkError(line, rank_local=True)
+        if self.rank == 0:
+            say(f"{PROG}: error: {line}")
+            error.reported = True
+            self.release()
+        return error
 
     def size_starts(self, op, size_bytes, phase="start"):
         self.op, self.size = op, size_bytes
@@ -224,13 +230,17 @@ class Whereabouts:
                 if posts[r] is None}
         states = {r: self._probe(r) for r in seen}
         line = name_absent(posts, seen, self.hostnames, time.time(), states)
+        self._posted = [r for r in posts if r and posts[r] is not None]
+        return f"{message.split('; a peer rank')[0]}: {line}"
+
+    def release(self):
+        """Rank 0, its line said: the other ranks may say theirs and go. The store dies with rank
+        0, so it waits (1 s at most) for them to have read that (no C++ warning)."""
         try:
             self.alarm.set("named", "1")
         except RuntimeError:
-            pass
-        else:  # the store dies with rank 0: the others read "named" first (no C++ warning)
-            _wait(self.alarm, [f"left/{r}" for r in posts if r and posts[r] is not None], 1.0)
-        return f"{message.split('; a peer rank')[0]}: {line}"
+            return
+        _wait(self.alarm, [f"left/{r}" for r in self._posted], 1.0)
 
     def _probe(self, rank):
         try:
