@@ -30,8 +30,9 @@ class PrometheusFile:
             self.sizes[key] = record
         elif kind == "doctor" and "host" in record:
             self.hosts[record["host"]] = record
-        elif kind == "doctor" and record.get("hosts") and "control_for" not in record:
-            self.links[tuple(record["hosts"])] = record
+        elif kind == "doctor" and len(record.get("hosts") or ()) == 2 and \
+                "control_for" not in record and record.get("phase") != "fleet":
+            self.links[tuple(record["hosts"])] = record  # a pair's (not --fleet-wide's groups)
         elif kind == "verdict":
             self.verdict = record
         elif kind == "replay_summary":

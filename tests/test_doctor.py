@@ -198,7 +198,7 @@ def test_the_screen_of_sixteen_hosts_healthy_then_a_slow_uplink_and_a_slow_host(
     across), nothing named, exit 0. Then switch 1's uplink at 1 Gbit (its hosts at full speed
     among themselves, slow to all outside) and host 11, behind switch 3, at 300 Mbit: switch s1
     named as the switch (none of its hosts) and host 11 as a host, each confirmed by its retests
-    beside control pairs, exit 1."""
+    beside control pairs, exit 1; with --fleet-wide, the other 11 hosts' all_reduce after."""
     name, subnet = hosts(16, per_switch=4)
     conf = tmp_path / "topology.conf"
     conf.write_text(subprocess.run([str(SIM_HOSTS), "topology", name], check=True,
@@ -222,11 +222,24 @@ def test_the_screen_of_sixteen_hosts_healthy_then_a_slow_uplink_and_a_slow_host(
                    capture_output=True)
     slow_host(name, 11, "300mbit")
     output = tmp_path / "faults.jsonl"
-    (stdout, stderr), statuses = run_by_hand(name, subnet, 16, *flags, f"--output={output}")
+    (stdout, stderr), statuses = run_by_hand(name, subnet, 16, *flags, "--fleet-wide",
+                                             f"--output={output}")
     assert statuses == [1] * 16, stdout + stderr
     _, records, final = verdict_of(output, stdout + stderr)
     assert (final["suspect_switches"], final["suspect_hosts"], final["suspect_links"],
-            final["unreachable"]) == (["s1"], [f"{name}11"], [], []), stdout + stderr
+            final["suspect_groups"], final["unreachable"]) == \
+        (["s1"], [f"{name}11"], [], [], []), stdout + stderr
+    # --fleet-wide: what is named sits out of the whole fleet's all_reduce (11 hosts), which
+    # runs after the pairs and their retests; its halves at once, both as slow on these shared
+    # cores, name nothing more
+    whole = [r for r in records if r.get("phase") == "fleet"]
+    others = [f"{name}{i}" for i in range(5, 17) if i != 11]
+    assert whole and whole[0]["hosts"] == others and whole[0]["busbw_Bps"] > 0, whole
+    assert whole[0]["round"] > max(r["round"] for r in records if r.get("round") is not None
+                                   and r.get("phase") != "fleet"), records
+    assert [f["hosts"] for f in final["fleet_wide"]] == [r["hosts"] for r in whole]
+    assert "doctor: the whole fleet at once: one all_reduce across 11 hosts (5 named or " \
+        "unreachable sit out)" in stderr, stderr
     lines = [line for line in stderr.splitlines() if line.startswith(
         ("commbench: slow ", "commbench: suspect switch ", "commbench: unreachable "))]
     assert len(lines) == 2, stderr

@@ -324,3 +324,23 @@ def test_halves_alike_name_nothing_the_machine_was_busy():
     rounds = bisect.run(figures, judgement, lambda groups, n: [0.5 * GBPS] * len(groups), 1)
     assert rounds == 3 and judgement.findings == []  # the fleet, its halves twice
     assert "its halves alike: the machine was busy" in judgement.cleared[-1]
+
+
+def test_under_the_full_plan_the_fleet_is_predicted_from_every_pair():
+    """--plan full keeps its pairs in figures.links, not in the screen's log: the prediction is
+    their median, and a host whose best pair is 0.4x it lowers the prediction of its groups."""
+    from commbench.doctor import bisect
+    figures = Figures([f"h{i}" for i in range(5)], 0.5)
+    fast = Link(latency_s=1e-5, forward_Bps=GBPS, backward_Bps=GBPS, both_Bps=2 * GBPS)
+    slow = Link(latency_s=1e-5, forward_Bps=0.4 * GBPS, backward_Bps=0.4 * GBPS,
+                both_Bps=0.8 * GBPS)
+    figures.links = {(a, b): slow if 4 in (a, b) else fast
+                     for a, b in itertools.combinations(range(5), 2)}
+    middle, factor = bisect.host_factors(figures)
+    assert middle == GBPS and factor == {4: pytest.approx(0.4)}
+    judgement = fleet.first_pass(figures)
+    fleet.confirm(figures, judgement)
+    judgement.findings = []  # the fleet-wide step alone: every host takes part
+    asked = []
+    bisect.run(figures, judgement, lambda groups, n: asked.append(groups) or [0.4 * GBPS], 1)
+    assert asked == [[[0, 1, 2, 3, 4]]] and figures.fleet_log[0][3] == pytest.approx(0.4 * GBPS)

@@ -256,6 +256,8 @@ def test_doctor_findings_are_gauges_with_host_labels(tmp_path):
               "latency_s": 1e-5})
     sink.add({"type": "doctor", "phase": "pairs", "hosts": ["n0", "n1"], "latency_s": 2e-5,
               "forward_Bps": 1e9, "backward_Bps": 2e9, "both_Bps": 3e9})
+    sink.add({"type": "doctor", "phase": "fleet", "round": 3, "hosts": ["n0", "n1", "n2"],
+              "busbw_Bps": 7e8})  # --fleet-wide's collective: not a pair
     sink.add({"type": "verdict", "healthy": False, "suspect_hosts": ["n1"], "unreachable": [],
               "suspect_links": [["n0", "n1"]]})
     sink.write()

@@ -35,14 +35,16 @@ APART = 0.35  # log: one half slower than the other beyond two pairs' residuals 
 
 def host_factors(figures):
     """(median pair bandwidth, {host: its best pair / that median, where under 0.75})."""
-    values = [link.bandwidth for _, _, _, link in figures.measured if link.bandwidth]
+    measured = figures.measured or [(None, a, b, link) for (a, b), link in figures.links.items()
+                                    if link is not None]  # the full plan: every pair's
+    values = [link.bandwidth for _, _, _, link in measured if link.bandwidth]
     if not values:
         return 0.0, {}
     middle = statistics.median(values)
     best = {}
-    for _, a, b, link in figures.measured:
+    for _, a, b, link in measured:
         for h in (a, b):
-            best[h] = max(best.get(h, 0.0), link.bandwidth)
+            best[h] = max(best.get(h, 0.0), link.bandwidth or 0.0)
     # a host lowers the prediction only when it is clearly slow (the best of a few healthy
     # pairs is rarely under 0.75x the median): else the fleet's noisiest host would set it
     return middle, {h: v / middle for h, v in best.items() if v / middle < math.exp(-CLEAR)}
@@ -137,18 +139,12 @@ def _name(figures, judgement, group, whole, rounds, ratio):
             "with as many good hosts (twice, the other half beside it at once)")
     switch = _one_switch(figures, group)
     if len(group) == 1:
-        finding = Finding("host", tuple(group), f"slow host {names[group[0]]} (bandwidth "
-                          f"under the fleet's load): {said}", retested=True,
-                          measure="bandwidth")
+        finding = Finding("host", tuple(group), said, retested=True, measure="load")
     elif switch is not None:
-        label = figures.switch_names[switch]
-        finding = Finding("switch", tuple(group), f"slow switch {label} (its hosts slow to the "
-                          f"rest of the fleet under a collective's load: its uplink?): {said}",
-                          retested=True, measure="bandwidth", switch=label)
+        finding = Finding("switch", tuple(group), said, retested=True, measure="load",
+                          switch=figures.switch_names[switch])
     else:
-        finding = Finding("group", tuple(group), f"slow group {_span(names, group)} "
-                          f"({len(group)} hosts slow together under the fleet's load: a switch "
-                          f"or uplink they share?): {said}", retested=True, measure="bandwidth")
+        finding = Finding("group", tuple(group), said, retested=True, measure="load")
     judgement.findings.append(finding)
 
 
@@ -165,7 +161,7 @@ def _one_switch(figures, hosts):
     return s if set(hosts) == behind else None
 
 
-def _span(names, hosts):
+def span(names, hosts):
     if len(hosts) <= 4:
         return ", ".join(names[h] for h in hosts)
     return f"{names[hosts[0]]} .. {names[hosts[-1]]}"

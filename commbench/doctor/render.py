@@ -106,6 +106,7 @@ KINDS = {
     ("host", True, "latency"): "slow host {name} (latency among its own ranks)",
     ("link", False, "bandwidth"): "slow link {name} (bandwidth between these two hosts only)",
     ("link", False, "latency"): "slow link {name} (latency between these two hosts only)",
+    ("host", False, "load"): "slow host {name} (bandwidth under the fleet's load)",
 }
 
 
@@ -113,9 +114,17 @@ def label(figures, finding):
     """The opening words of a finding's line: its kind, its host or link, what is slow."""
     if finding.kind == "unreachable":
         return f"unreachable host {figures.names[finding.hosts[0]]} (no answer)"
+    if finding.kind == "switch" and finding.measure == "load":
+        return (f"slow switch {finding.switch} (its hosts slow to the rest of the fleet under a "
+                "collective's load: its uplink?)")
     if finding.kind == "switch":
         return (f"suspect switch {finding.switch} (its hosts in line among themselves, slow to "
                 "every host outside it: its uplink)")
+    if finding.kind == "group":
+        from .bisect import span
+        return (f"slow group {span(figures.names, sorted(finding.hosts))} "
+                f"({len(finding.hosts)} hosts slow together under the fleet's load: a switch or "
+                "uplink they share?)")
     name = figures.pair(*finding.hosts) if finding.kind == "link" else \
         figures.names[finding.hosts[0]]
     words = KINDS.get((finding.kind, finding.intra, finding.measure or "bandwidth"))
@@ -190,6 +199,10 @@ def advice(figures, judgement):
             out.append(f"  switch {f.switch}: its uplink (or the switch): report it; to run now, "
                        f"leave out its hosts: --exclude="
                        f"{hostlist([names[h] for h in sorted(f.hosts)])}")
+        elif f.kind == "group":
+            out.append(f"  these {len(f.hosts)} hosts share what slows them (a switch or an "
+                       "uplink: the cluster's topology says which): report it; to run now, "
+                       f"leave them out: --exclude={hostlist([names[h] for h in sorted(f.hosts)])}")
     for i, j in links:
         a, b = (i, j) if counts[i] >= counts[j] else (j, i)
         common = f" ({names[a]} is in {counts[a]} of the slow links)" if counts[a] > 1 else ""
@@ -223,11 +236,16 @@ def verdict_record(figures, judgement):
              for a, b in (f.hosts,)]
     unreachable = [names[f.hosts[0]] for f in judgement.findings if f.kind == "unreachable"]
     switches = [f.switch for f in judgement.findings if f.kind == "switch"]
+    groups = [[names[h] for h in sorted(f.hosts)] for f in judgement.findings
+              if f.kind == "group"]
     bws = [lk.bandwidth for pair, lk in figures.links.items() if lk.bandwidth and
            not set(pair) & figures.unreachable]  # the live hosts' links
     leave = excluded(figures, judgement)
     return {"type": "verdict", "suspect_hosts": hosts, "suspect_links": links,
-            "suspect_switches": switches,
+            "suspect_switches": switches, "suspect_groups": groups,
+            "fleet_wide": [{"round": number, "hosts": [names[h] for h in hosts],
+                            "busbw_Bps": value, "predicted_Bps": predicted}
+                           for number, hosts, value, predicted in figures.fleet_log],
             "unreachable": unreachable, "healthy": not judgement.findings,
             "findings": findings(figures, judgement), "cleared": judgement.cleared,
             "exclude": leave, "exclude_hostlist": hostlist(leave),

@@ -22,7 +22,7 @@ from ..errors import BenchmarkError, UsageError
 from ..flags import UsageParser, prog
 from ..numbers import byte_count, float_in, int_at_least
 from ..table import emit, note, output_failure
-from . import control, fleet, measure, plan, render, schedule, topology, verdict
+from . import control, fleet, measure, plan, render, schedule, topology, verdict, whole
 from .control import Control
 
 DEFAULT_MIN_FRACTION = 0.5
@@ -68,6 +68,11 @@ def parser():
                         "(SwitchName=s1 Nodes=node[01-16]): the screen pairs hosts across "
                         "switches and names a switch whose hosts are slow only to the outside "
                         "(under srun: Slurm's own when it has one; 'none': no topology)")
+    p.add_argument("--fleet-wide", action="store_true",
+                   help="after the verdict on the pairs, one all_reduce across every live host "
+                        "not named, held against what its pairs predict; when slower, its "
+                        "halves at once, the slower one split again (about log2 N rounds) to "
+                        "name the group that slows the fleet")
     p.add_argument("--min-fraction", type=_fraction, default=DEFAULT_MIN_FRACTION, metavar="F",
                    help="a host or link below F of its peers' median bandwidth (or above 1/F of "
                         "their latency), and beyond 3 robust deviations of them, is suspect "
@@ -204,6 +209,12 @@ class Check:
             if ranks not in self.groups:
                 self.groups[ranks] = torch.distributed.new_group(list(ranks),
                                                                  timeout=self.timeout)
+
+    def _ensure_ranks(self, ranks):
+        """The group of these ranks, made by every rank in the same order if not made yet."""
+        if tuple(ranks) not in self.groups:
+            self.groups[tuple(ranks)] = torch.distributed.new_group(list(ranks),
+                                                                    timeout=self.timeout)
 
     def _group(self, ranks):
         return self.groups[tuple(ranks)]
@@ -369,6 +380,7 @@ def meta(args, comm, check):
             "hostnames": comm.hostnames, "hosts": check.hosts,
             "ranks_per_host": len(check.ranks[0]), "bw_unit": args.bw_unit,
             "doctor": {"plan": check.plan, "rounds": args.rounds, "seed": args.seed,
+                       "fleet_wide": args.fleet_wide,
                        "topology": check.topology.path if check.topology else args.topology,
                        "min_fraction": args.min_fraction, "expect_gbps": args.expect_gbps,
                        "expect_latency_us": args.expect_latency_us,
@@ -434,6 +446,9 @@ def main(local_rank, args):
     status = 0
     if comm.global_rank == 0:
         (fleet if screen else verdict).confirm(check.figures, judgement)
+    if args.fleet_wide:  # every rank: the whole fleet at once, and its bisection (whole.py)
+        whole.run(check, judgement, len(planner) + len(rounds))
+    if comm.global_rank == 0:
         for line in render.report(check.figures, judgement, per_host):
             emit(sys.stdout, line)
         for line in render.findings(check.figures, judgement):

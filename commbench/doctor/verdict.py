@@ -125,6 +125,7 @@ class Figures:
         self.unreachable = set()
         self.unreachable_why = {}  # host -> why it is taken as unreachable
         self.measured = []  # (round, i, j, Link) of every pair measured, in order (the screen)
+        self.fleet_log = []  # (round, hosts, a host's Bps, predicted Bps): --fleet-wide's
         self.leaf = None  # each host's switch (an index into switch_names), with a topology
         self.switch_names = []
         self.retest_log = []  # (round, pair, Link, control_for or None): each retest kept
