@@ -47,8 +47,10 @@ def check(name, subnet, count, args, output):
         for i in range(count)]
     statuses = [proc.wait(timeout=1200) for proc in procs]
     seconds = time.monotonic() - started
-    lines = [json.loads(line) for line in Path(output).read_text().splitlines()]
+    text = Path(output).read_text()
+    lines = [json.loads(line) for line in text.splitlines()]
     verdict = next(line for line in lines if line.get("type") == "verdict")
+    verdict["text"] = text  # every record, kept when the check was wrong
     # each pair's bandwidth (its slower direction) in the first pass: what "half" is half of
     verdict["pair_Bps"] = [min(r["forward_Bps"], r["backward_Bps"]) for r in lines
                            if r.get("type") == "doctor" and r.get("phase") == "pairs"
@@ -178,6 +180,9 @@ def each_count(count, args, plans, cases, out):
                   + (f"  (cleared: {len(verdict['cleared'])})" if verdict["cleared"] else ""),
                   flush=True)
             if not right:  # what it saw, to tell a real fault of the machine from a false alarm
+                kept = Path(tempfile.gettempdir()) / f"doctor-check-{name}-{plan or 'auto'}.jsonl"
+                kept.write_text(verdict["text"])
+                print(f"    (its records: {kept})", flush=True)
                 for finding in verdict["findings"]:
                     print(f"    {finding}", flush=True)
                 for cleared in verdict["cleared"]:

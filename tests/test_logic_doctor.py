@@ -481,6 +481,39 @@ def test_the_full_plan_also_suspects_a_host_slow_in_every_pair(factor, suspect):
         assert [(x.kind, x.hosts, x.retested) for x in found.findings] == [("host", (2,), True)]
 
 
+@pytest.mark.parametrize("retests,named", [
+    # n0-n3 with one window descheduled (its interval reaches down to 22 us), n1-n3 in line
+    ({(0, 3): (1200.0, 22.0), (1, 3): (25.0, 22.0)}, False),
+    # both late in every window
+    ({(0, 3): (1200.0, 900.0), (1, 3): (300.0, 250.0)}, True),
+])
+def test_a_host_late_in_latency_is_named_only_when_every_retest_is(retests, named):
+    """Host 3 at 200 us against its peers' 20 us in the first pass (the full plan's fraction
+    rule: a latency suspect); retested against n0 and n1. The median of two retests is their
+    mean: 612.5 us is over the bar (40 us) with one descheduled window alone. Each retest, at
+    its interval's low end, must be late: then the host is named. Seen beside two busy loops
+    on 8 simulated hosts: a healthy host named for a 636.6 us median of two retests."""
+    f = figures(4, link_gbps=10.0, fraction=0.5)
+    for pair in ((0, 3), (1, 3), (2, 3)):
+        f.links[pair].latency_s = 200e-6
+    judgement = verdict.first_pass(f)
+    assert [(x.kind, x.hosts, x.measure) for x in judgement.suspects] == \
+        [("host", (3,), "latency")]
+    for pair, *control in verdict.retest_rounds(f, judgement):
+        us, low_us = retests[pair]
+        f.retests[pair] = Link(us * 1e-6, 10 * GBPS, 10 * GBPS, latency_low_s=low_us * 1e-6)
+        if control:
+            f.control_of[pair] = control[0]
+            f.controls[pair] = Link(20e-6, 10 * GBPS, 10 * GBPS, latency_low_s=18e-6)
+    found = verdict.confirm(f, judgement)
+    assert [x.hosts for x in found.findings] == ([(3,)] if named else []), found.cleared
+    if named:
+        assert "retested against n0, n1: 10 Gbps, 750.0 us" in found.findings[0].text
+    else:
+        assert found.cleared[0].startswith("host n3 was slow in the first pass") and \
+            found.cleared[0].endswith("but not against n0, n1: noise"), found.cleared
+
+
 def test_a_suspect_slow_only_as_its_control_pair_is_cleared_the_machine_was_busy():
     """Retested at 4 Gbps, under half the first pass's 10; but the pair measured at the same time
     moved 5: the whole machine was slow then, not the host."""
