@@ -398,7 +398,7 @@ def usage_error(argv, parser=None):
     keeps one run with real ranks for the line and the status themselves."""
     from commbench.errors import UsageError
     if parser is None:
-        from commbench.harness import benchmark_parser
+        from commbench.cli import benchmark_parser
         parser = benchmark_parser()
     try:
         parser.parse_args([str(a) for a in argv])

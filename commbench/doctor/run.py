@@ -17,7 +17,8 @@ import torch.distributed
 from .. import defaults, provenance, results
 from ..cli import add_rank_flags, add_store_flags
 from ..comm import init_comm
-from ..harness import guarded, open_results
+from ..entry import guarded
+from ..harness import open_results
 from ..errors import BenchmarkError, UsageError
 from ..flags import UsageParser, prog
 from ..numbers import byte_count, float_in, int_at_least

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed
 
-from .. import whereabouts
+from .. import gathered, whereabouts
 from ..cli import add_store_flags
 from ..comm import init_comm
 from ..errors import BenchmarkError, UsageError
 from ..flags import UsageParser, prog
 from ..guard import agree_to_go_on, stall_deadline
-from ..harness import exit_without_finalising, guarded
+from ..entry import exit_without_finalising, guarded
 from ..memory import read_field
 from ..numbers import float_in, int_at_least
 from ..table import note
@@ -338,42 +338,27 @@ def measure(run, name):
 
     # Every rank's figures on every rank: step times, per step per op [calls, bytes, time]
     # and blocked time, peak memory, parameters, losses.
-    mine = list(times) + [f for step in recorder.steps for f in step.figures()] + \
-        [float(peak), float(params_mine), float(before)] + losses + \
-        list(no_sync_times or [0.0] * args.steps) + [float(x) for x in held]
-    rows = comm.gather_figures(mine)
-    per_step = 3 * len(OPS) + 1
+    ranks = gathered.gather(comm, {
+        "step_s": list(times), "calls": [step.figures() for step in recorder.steps],
+        "peak": float(peak), "params": float(params_mine), "before": float(before),
+        "losses": losses, "no_sync_s": list(no_sync_times or [0.0] * args.steps),
+        "held": [float(x) for x in held]})
     n, steps = comm.world_size, args.steps
-
-    def unpack(row):
-        at = 0
-        step_times = row[at:at + steps]
-        at += steps
-        counts = [row[at + k * per_step:at + (k + 1) * per_step] for k in range(steps)]
-        at += steps * per_step
-        peak_, params_, before_ = row[at], row[at + 1], row[at + 2]
-        at += 3
-        losses_ = row[at:at + args.warmup + steps]
-        at += args.warmup + steps
-        return (step_times, counts, peak_, params_, losses_, row[at:at + steps], before_,
-                row[at + steps:at + 2 * steps])
-
-    ranks = [unpack(row) for row in rows]
-    step_times = [max(r[0][k] for r in ranks) for k in range(steps)]
+    step_times = [max(r["step_s"][k] for r in ranks) for k in range(steps)]
     median = _median(step_times)
-    blocked = [max(r[1][k][-1] for r in ranks) for k in range(steps)]
+    blocked = [max(r["calls"][k][-1] for r in ranks) for k in range(steps)]
     comm_summary, comm_per_rank = {}, {}
     for index, op in enumerate(OPS):
         def mean_of(rank_counts, field):
             return sum(c[3 * index + field] for c in rank_counts) / steps
-        if not any(mean_of(r[1], 0) for r in ranks):
+        if not any(mean_of(r["calls"], 0) for r in ranks):
             continue
-        rank0 = ranks[0][1]
+        rank0 = ranks[0]["calls"]
         comm_summary[op] = {"calls": mean_of(rank0, 0), "bytes": mean_of(rank0, 1),
                             "time_s": mean_of(rank0, 2)}
-        comm_per_rank[op] = [mean_of(r[1], 1) for r in ranks]
+        comm_per_rank[op] = [mean_of(r["calls"], 1) for r in ranks]
     if name == "ddp":
-        no_sync = [max(r[5][k] for r in ranks) for k in range(steps)]
+        no_sync = [max(r["no_sync_s"][k] for r in ranks) for k in range(steps)]
         exposed, method = max(0.0, median - _median(no_sync)), "no_sync difference"
         settings["no_sync_step_time_s"] = _spread(no_sync)
         settings["no_sync_step_times_s"] = no_sync
@@ -384,24 +369,25 @@ def measure(run, name):
     settings["malloc_mmap_threshold"] = run.malloc
     # What each rank held before the strategy was built (libraries, earlier strategies' leftovers):
     # peak minus this is about what the strategy itself took.
-    settings["memory_before_setup_bytes_per_rank"] = [int(r[6]) for r in ranks]
+    settings["memory_before_setup_bytes_per_rank"] = [int(r["before"]) for r in ranks]
     # After each measured step, the most a rank held (VmRSS or allocated): growth from step to
     # step is the allocator's (see settle_malloc), not the strategy's.
-    settings["memory_after_step_bytes"] = [int(max(r[7][k] for r in ranks)) for k in range(steps)]
+    settings["memory_after_step_bytes"] = [int(max(r["held"][k] for r in ranks))
+                                           for k in range(steps)]
     if memory.source == "rss_high_water":
         settings["rss_high_water_reset"] = memory.reset_done
     record = {
         "type": "strategy", "strategy": name, "world_size": n, "dp": dp, "tp": tp, "pp": pp,
         "params": run.model_config.params,
-        "params_per_rank": [int(r[3]) for r in ranks],
+        "params_per_rank": [int(r["params"]) for r in ranks],
         "dtype": args.dtype, "steps": steps,
         "step_time_s": _spread(step_times),
         "step_times_s": step_times,
         "samples_per_s": samples / median,
         "tokens_per_s": samples * args.seq / median,
-        "peak_memory_bytes_per_rank": [int(r[2]) for r in ranks],
+        "peak_memory_bytes_per_rank": [int(r["peak"]) for r in ranks],
         "memory_source": memory.source,
-        "loss": [None if math.isnan(x) else x for x in ranks[loss_rank][4]],
+        "loss": [None if math.isnan(x) else x for x in ranks[loss_rank]["losses"]],
         "comm": comm_summary,
         "comm_bytes_per_rank": comm_per_rank,
         "exposed_comm_s": exposed,
@@ -410,7 +396,7 @@ def measure(run, name):
         "config": settings,
         # per measured step: the slowest rank's time blocked in calls, rank 0's bytes (all ops)
         "exposed_comm_per_step_s": blocked,
-        "comm_bytes_per_step": [sum(ranks[0][1][k][3 * i + 1] for i in range(len(OPS)))
+        "comm_bytes_per_step": [sum(ranks[0]["calls"][k][3 * i + 1] for i in range(len(OPS)))
                                 for k in range(steps)],
     }
     if run.user is not None and name.startswith("zero"):

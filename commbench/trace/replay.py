@@ -15,7 +15,7 @@ import sys
 import torch
 import torch.distributed
 
-from .. import defaults, provenance, trials as encoding, whereabouts
+from .. import defaults, gathered, provenance, trials as encoding, whereabouts
 from ..cli import add_store_flags
 from ..comm import init_comm
 from ..errors import BenchmarkError
@@ -196,29 +196,24 @@ def gather(comm, trace, times, starts, wrong, passes):
     rank: {rank: {"times": [per call: [per pass] or None], "starts": (alike), "wrong",
     "passes"}}."""
     longest = max(len(calls) for calls in trace.ranks.values())
-    repeat = len(passes)
     nan = float("nan")
-    mine = []
-    for table in (times, starts):
-        for index in range(longest):
-            for k in range(repeat):
-                value = table[k][index] if index < len(table[k]) else None
-                mine.append(nan if value is None else value)
-    mine += [float(w) for w in wrong] + [0.0] * (longest - len(wrong)) + list(passes)
-    rows = comm.gather_figures(mine)
+
+    def padded(table):  # [per call: [per pass]], NaN where a rank has fewer calls than longest
+        return [[table[k][index] if index < len(table[k]) and table[k][index] is not None
+                 else nan for k in range(len(passes))] for index in range(longest)]
+    rows = gathered.gather(comm, {"times": padded(times), "starts": padded(starts),
+                                  "wrong": [float(w) for w in wrong] +
+                                  [0.0] * (longest - len(wrong)),
+                                  "passes": list(passes)})
     result = {}
-    block = longest * repeat
     for rank, row in enumerate(rows):
         count = len(trace.ranks[rank])
 
-        def per_call(at):
-            values = [[row[at + index * repeat + k] for k in range(repeat)]
-                      for index in range(count)]
-            return [None if any(x != x for x in v) else v for v in values]
-        at = 2 * block
-        result[rank] = {"times": per_call(0), "starts": per_call(block),
-                        "wrong": [int(x) for x in row[at:at + count]],
-                        "passes": row[at + longest:at + longest + repeat]}
+        def per_call(values):
+            return [None if any(x != x for x in v) else v for v in values[:count]]
+        result[rank] = {"times": per_call(row["times"]), "starts": per_call(row["starts"]),
+                        "wrong": [int(x) for x in row["wrong"][:count]],
+                        "passes": row["passes"]}
     return result
 
 
@@ -376,7 +371,7 @@ def report(args, comm, trace, everyone, writer, per_trial=None):
 
 
 def main(argv=None):
-    from ..harness import exit_without_finalising, guarded
+    from ..entry import exit_without_finalising, guarded
 
     def body():
         args = parser().parse_args(argv)
