@@ -259,7 +259,7 @@ def test_doctor_findings_are_gauges_with_host_labels(tmp_path):
     sink.add({"type": "doctor", "phase": "fleet", "round": 3, "hosts": ["n0", "n1", "n2"],
               "busbw_Bps": 7e8})  # --fleet-wide's collective: not a pair
     sink.add({"type": "verdict", "healthy": False, "suspect_hosts": ["n1"], "unreachable": [],
-              "suspect_links": [["n0", "n1"]]})
+              "suspect_links": [["n0", "n1"]], "suspect_switches": ["s2"]})
     sink.write()
     samples = [s for f in text_string_to_metric_families(path.read_text()) for s in f.samples]
     named = {(s.name, s.labels.get("host"), s.labels.get("direction")): s.value for s in samples}
@@ -269,6 +269,8 @@ def test_doctor_findings_are_gauges_with_host_labels(tmp_path):
     assert named[("commbench_doctor_link_bytes_per_second", None, "backward")] == 2e9
     assert named[("commbench_doctor_host_busbw_bytes_per_second", "n0", None)] == 5e9
     assert named[("commbench_doctor_suspect_link", None, None)] == 1
+    switch = [s for s in samples if s.name == "commbench_doctor_suspect_switch"]
+    assert [(s.labels["switch"], s.value) for s in switch] == [("s2", 1.0)]
 
 
 # --------------------------------------------------------------------------- compare --db

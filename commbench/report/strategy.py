@@ -196,6 +196,12 @@ def plans(w):
                                                       else " only (kept for backward)")
                   + f", gradients reduce-scattered, in each of {m} micro-batch(es)"),
     ]
+    return result + _model_parallel(w, states, p)
+
+
+def _model_parallel(w, states, p):
+    """TP and PP's plans, when asked for (--tp, --pp)."""
+    result = []
     if w.tp:
         if not w.activation_bytes or not w.layers:
             raise StrategyError("--tp needs --hidden, --layers, --seq and --micro-batch")

@@ -1,5 +1,6 @@
-"""parallel_bench.py's run: the flags and the measured loop around each strategy (the table and
-the JSON lines: output.py; the trace of the measured steps with --trace: commbench.trace).
+"""parallel_bench.py's run: the measured loop around each strategy (its flags: flags.py; its
+memory: memory.py; the table and the JSON lines: output.py; the trace of the measured steps
+with --trace: commbench.trace).
 
 For each strategy: build it, `--warmup` steps, then `--steps` measured steps, each after a
 barrier, with the accounting installed (accounting.Recorder) and the memory high-water mark
@@ -9,8 +10,6 @@ removed, so the gathering is not counted) and rank 0 prints a row and writes a r
 
 import argparse
 import contextlib
-import ctypes
-import ctypes.util
 import gc
 import math
 import os
@@ -23,214 +22,19 @@ import torch
 import torch.distributed
 
 from .. import gathered, whereabouts
-from ..cli import add_store_flags
 from ..comm import init_comm
 from ..errors import BenchmarkError, UsageError
-from ..flags import UsageParser, prog
 from ..guard import agree_to_go_on, stall_deadline
 from ..entry import exit_without_finalising, guarded
-from ..memory import read_field
-from ..numbers import float_in, int_at_least
 from ..table import note
 from ..trace.capture import Tracer
 from . import dsconfig, sweep
 from .accounting import OPS, Recorder
+from .flags import check_backend, check_shape, comm_args, parser
+from .memory import PeakMemory, release_memory, settle_malloc
 from .model import ModelConfig
 from .output import open_output, report, report_sweep
 from .train import ORDER, STRATEGIES, import_deepspeed, optimizer_config
-
-# ------------------------------------------------------------------------------------- flags
-
-_positive = int_at_least(1)
-_at_least_zero = int_at_least(0, exponent=True)
-_seconds = float_in(0, 1e6, "a positive number of seconds")
-
-
-def strategy_list(text):
-    """`ddp,zero1`, or `all` (the six, in order); each once."""
-    names = [name.strip() for name in text.split(",")]
-    if names == ["all"]:
-        return list(ORDER)
-    unknown = [name for name in names if name not in STRATEGIES]
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown strategy '{unknown[0]}': use {', '.join(ORDER)} or all (a comma list "
-            "allowed)")
-    if len(set(names)) != len(names):
-        raise argparse.ArgumentTypeError(f"'{text}' names a strategy twice")
-    return names
-
-
-def parser():
-    p = UsageParser(prog=prog("parallel_bench.py"),
-                description="Train a small decoder-only transformer with each parallel strategy "
-                            "and measure step time, memory and the communication of a step.")
-    p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
-                   help="set by launchers; default: from the launcher's environment")
-    p.add_argument("--strategy", type=strategy_list, default=None,
-                   help="ddp, zero1, zero2, zero3, tp, pp, a comma list, or all (default; with "
-                        "--ds-config: the stage the file names)")
-    p.add_argument("--hidden", type=_positive, default=256,
-                   help="model width (default %(default)s)")
-    p.add_argument("--layers", type=_positive, default=4, help="blocks (default %(default)s)")
-    p.add_argument("--heads", type=_positive, default=4,
-                   help="attention heads; tp needs them divisible by the world size (default "
-                        "%(default)s)")
-    p.add_argument("--vocab", type=_positive, default=1024, help="vocabulary (default %(default)s)")
-    p.add_argument("--seq", type=_positive, default=64,
-                   help="tokens a sequence (default %(default)s)")
-    p.add_argument("--micro-batch", type=_positive, default=8,
-                   help="sequences per micro-batch (default %(default)s)")
-    p.add_argument("--micro-batches", type=_positive, default=4,
-                   help="gradient accumulation steps (ddp, zero, tp); pipeline micro-batches (pp) "
-                        "(default %(default)s)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
-                   help="parameters, activations and communication (default %(default)s)")
-    p.add_argument("--steps", type=_positive, default=10,
-                   help="measured steps (default %(default)s)")
-    p.add_argument("--warmup", type=_at_least_zero, default=2,
-                   help="unmeasured steps first (default %(default)s)")
-    p.add_argument("--seed", type=_at_least_zero, default=1234,
-                   help="of the weights and the synthetic tokens (default %(default)s)")
-    p.add_argument("--stage3-live", type=_positive, default=100_000, metavar="PARAMS",
-                   help="zero3: stage3_max_live_parameters, stage3_max_reuse_distance and "
-                        "stage3_prefetch_bucket_size (default %(default)s)")
-    p.add_argument("--ds-config", default=None, metavar="FILE",
-                   help="your DeepSpeed config (JSON, as deepspeed.initialize takes it): its "
-                        "zero_optimization stage, buckets, overlap_comm, prefetch and live limits, "
-                        "bf16, gradient_accumulation_steps and train_micro_batch_size_per_gpu "
-                        "drive the ZeRO strategy it names (docs/strategies.md)")
-    p.add_argument("--ds-config-sweep", default=None, metavar="KEY=V1,V2,...",
-                   help="with --ds-config: the same job once per value of one key (dotted, e.g. "
-                        "zero_optimization.reduce_bucket_size=5e6,5e7,5e8), one row each, the "
-                        "best named against the file's own value")
-    p.add_argument("--malloc-mmap-threshold", type=_at_least_zero, default=None, metavar="BYTES",
-                   help="fix glibc's mmap threshold (mallopt M_MMAP_THRESHOLD): resident memory "
-                        "stops growing from step to step (ZeRO-3), allocations get slower; "
-                        "default: MALLOC_MMAP_THRESHOLD_ if set, else glibc's dynamic threshold")
-    p.add_argument("--output", default=None, metavar="PATH", help="JSON lines, by rank 0")
-    add_store_flags(p)
-    p.add_argument("--trace", default=None, metavar="DIR",
-                   help="record the measured steps' communication, call by call, into "
-                        "DIR/<strategy>/rank<R>.json, for replay.py (docs/replay.md)")
-    p.add_argument("--device", default=None, help="default: cuda when available, else cpu")
-    p.add_argument("--backend", default=None, help="default: nccl on cuda, gloo on cpu (also where oneCCL's bindings are "
-                        "installed); ccl: --strategy ddp, tp and pp")
-    p.add_argument("--timeout", type=_seconds, default=300,
-                   help="seconds a rank waits for its peers (default %(default)s)")
-    return p
-
-
-def comm_args(args):
-    """The Namespace init_comm reads: torch.distributed, this run's device, backend, dtype.
-    On CPU the backend is gloo unless asked (not the op scripts' detection of ccl):
-    see check_backend."""
-    on_cpu = args.device == "cpu" or (args.device is None and not torch.cuda.is_available())
-    backend = args.backend or ("gloo" if on_cpu else None)
-    return argparse.Namespace(**{**vars(args), "backend": backend}, dist="torch", pin=False,
-                              groups=None, op="sum")
-
-
-def check_backend(args, backend):
-    """ZeRO on ccl: refused in one line, before anything is built."""
-    zero = [name for name in args.strategy if name.startswith("zero")]
-    if backend == "ccl" and zero:
-        raise UsageError(f"--strategy {zero[0]} on --backend ccl is not measured: DeepSpeed "
-                         "sends ZeRO's collectives through its own oneCCL op, past "
-                         "torch.distributed, where the per-op accounting cannot see them, and "
-                         "its ZeRO-3 on it grew past 3 GB per rank within seconds here; use "
-                         "--backend gloo, or --strategy ddp,tp,pp on ccl")
-
-
-def check_shape(args, world_size):
-    """Bad combinations of model and world: one line, exit 2, before anything is built."""
-    if args.hidden % args.heads:
-        raise UsageError(f"--hidden {args.hidden} is not divisible by --heads {args.heads}")
-    if "tp" in args.strategy and args.heads % world_size:
-        raise UsageError(f"--strategy tp: --heads {args.heads} is not divisible by the "
-                         f"{world_size} tensor-parallel ranks (the heads are split across them)")
-    if "pp" in args.strategy and args.layers < world_size:
-        raise UsageError(f"--strategy pp: --layers {args.layers} is fewer than the {world_size} "
-                         "pipeline stages (each stage holds at least one layer)")
-
-
-# ------------------------------------------------------------------------------ glibc malloc
-
-_M_MMAP_THRESHOLD = -3
-
-
-def settle_malloc(args):
-    """glibc raises its mmap threshold as large blocks are freed, after which freed blocks stay
-    in a fragmented heap: ZeRO-3's resident memory grows step after step (here about 90 MiB
-    over 12 steps of the default model). A fixed threshold (MALLOC_MMAP_THRESHOLD_, read at
-    process start, or --malloc-mmap-threshold, set here through mallopt) keeps large blocks in
-    mmap and returns them when freed, but every such allocation then faults its pages in
-    again: steps were 10% (ddp) to 60% (zero3) slower here. So the default is glibc's own
-    behaviour, what a training job gets; the record says which. Returns what it says."""
-    from_env = os.environ.get("MALLOC_MMAP_THRESHOLD_")
-    if args.malloc_mmap_threshold is None:
-        if from_env is not None:
-            return {"bytes": int(from_env) if from_env.isdigit() else from_env,
-                    "set_by": "MALLOC_MMAP_THRESHOLD_"}
-        return {"bytes": None, "set_by": "glibc dynamic default"}
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        done = libc.mallopt(_M_MMAP_THRESHOLD, ctypes.c_int(args.malloc_mmap_threshold)) == 1
-    except (OSError, AttributeError):
-        done = False
-    if not done:
-        raise UsageError(f"--malloc-mmap-threshold {args.malloc_mmap_threshold}: glibc's mallopt "
-                         "refused it or is not there (glibc takes at most 32 MiB on 64-bit)")
-    return {"bytes": args.malloc_mmap_threshold, "set_by": "--malloc-mmap-threshold (mallopt)"}
-
-
-# ----------------------------------------------------------------------------------- memory
-
-class PeakMemory:
-    """Peak memory over a window: resident (VmHWM after resetting it through clear_refs) on
-    CPU, the allocator's peak on an accelerator."""
-
-    def __init__(self, comm):
-        self.device = comm.device if comm.on_accelerator else None
-        self.source = "device_allocator" if self.device is not None else "rss_high_water"
-        self.reset_done = False
-
-    def reset(self):
-        if self.device is not None:
-            torch.get_device_module(self.device.type).reset_peak_memory_stats(self.device)
-            self.reset_done = True
-            return
-        try:
-            with open("/proc/self/clear_refs", "w") as clear:
-                clear.write("5")
-            self.reset_done = True
-        except OSError:
-            self.reset_done = False  # the peak is then the process's since it started
-
-    def now(self):
-        """What the rank holds now: VmRSS, or the allocator's bytes in use."""
-        if self.device is not None:
-            return torch.get_device_module(self.device.type).memory_allocated(self.device)
-        return read_field("/proc/self/status", "VmRSS") or 0
-
-    def peak(self):
-        if self.device is not None:
-            return torch.get_device_module(self.device.type).max_memory_allocated(self.device)
-        return read_field("/proc/self/status", "VmHWM") or 0
-
-
-def release_memory():
-    """Between strategies: what the last one freed goes back to the system (glibc keeps freed
-    heap memory otherwise), so the next one's resident memory starts from the libraries, not
-    from its predecessor's leftovers."""
-    gc.collect()
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-# ------------------------------------------------------------------------------ measurement
 
 @dataclass
 class Run:
@@ -328,10 +132,10 @@ def measure(run, name):
             _timed_steps(run, strategy, 1, phase="step without communication")
             no_sync_times = _timed_steps(run, strategy, args.steps,
                                          phase="step without communication")
-    settings = strategy.settings()
+    built = {"settings": strategy.settings(), "loss_rank": strategy.loss_rank,
+             "samples": strategy.samples_per_step, "dp": strategy.dp, "tp": strategy.tp,
+             "pp": strategy.pp}
     params_mine = strategy.params_per_rank
-    loss_rank, samples = strategy.loss_rank, strategy.samples_per_step
-    dp, tp, pp = strategy.dp, strategy.tp, strategy.pp
     strategy.close()
     del strategy
     release_memory()
@@ -343,10 +147,11 @@ def measure(run, name):
         "peak": float(peak), "params": float(params_mine), "before": float(before),
         "losses": losses, "no_sync_s": list(no_sync_times or [0.0] * args.steps),
         "held": [float(x) for x in held]})
-    n, steps = comm.world_size, args.steps
-    step_times = [max(r["step_s"][k] for r in ranks) for k in range(steps)]
-    median = _median(step_times)
-    blocked = [max(r["calls"][k][-1] for r in ranks) for k in range(steps)]
+    return _record(run, name, ranks, built, memory)
+
+
+def _comm_summary(ranks, steps):
+    """Per op, rank 0's calls, bytes and time a step, and every rank's bytes a step."""
     comm_summary, comm_per_rank = {}, {}
     for index, op in enumerate(OPS):
         def mean_of(rank_counts, field):
@@ -357,6 +162,17 @@ def measure(run, name):
         comm_summary[op] = {"calls": mean_of(rank0, 0), "bytes": mean_of(rank0, 1),
                             "time_s": mean_of(rank0, 2)}
         comm_per_rank[op] = [mean_of(r["calls"], 1) for r in ranks]
+    return comm_summary, comm_per_rank
+
+
+def _record(run, name, ranks, built, memory):
+    """A strategy's record from every rank's named figures (measure's gather)."""
+    args, settings, samples = run.args, built["settings"], built["samples"]
+    n, steps = run.comm.world_size, args.steps
+    step_times = [max(r["step_s"][k] for r in ranks) for k in range(steps)]
+    median = _median(step_times)
+    blocked = [max(r["calls"][k][-1] for r in ranks) for k in range(steps)]
+    comm_summary, comm_per_rank = _comm_summary(ranks, steps)
     if name == "ddp":
         no_sync = [max(r["no_sync_s"][k] for r in ranks) for k in range(steps)]
         exposed, method = max(0.0, median - _median(no_sync)), "no_sync difference"
@@ -377,7 +193,8 @@ def measure(run, name):
     if memory.source == "rss_high_water":
         settings["rss_high_water_reset"] = memory.reset_done
     record = {
-        "type": "strategy", "strategy": name, "world_size": n, "dp": dp, "tp": tp, "pp": pp,
+        "type": "strategy", "strategy": name, "world_size": n, "dp": built["dp"],
+        "tp": built["tp"], "pp": built["pp"],
         "params": run.model_config.params,
         "params_per_rank": [int(r["params"]) for r in ranks],
         "dtype": args.dtype, "steps": steps,
@@ -387,7 +204,7 @@ def measure(run, name):
         "tokens_per_s": samples * args.seq / median,
         "peak_memory_bytes_per_rank": [int(r["peak"]) for r in ranks],
         "memory_source": memory.source,
-        "loss": [None if math.isnan(x) else x for x in ranks[loss_rank]["losses"]],
+        "loss": [None if math.isnan(x) else x for x in ranks[built["loss_rank"]]["losses"]],
         "comm": comm_summary,
         "comm_bytes_per_rank": comm_per_rank,
         "exposed_comm_s": exposed,

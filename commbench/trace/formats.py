@@ -175,13 +175,7 @@ def validate(calls, rank, world_size, path):
         if call.req is not None:
             reqs.add(call.req)
         if call.op == "batch":
-            if not call.batch:
-                raise TraceError(f"{where}: a batch without sends or receives")
-            for part in call.batch:
-                _check_dtype(part.dtype, where)
-                _check_peer(part.peer, rank, world_size, where)
-                if not _is_count(part.numel):
-                    raise TraceError(f"{where}: element count {part.numel!r}")
+            _check_batch(call, rank, world_size, where)
             continue
         if call.op != "barrier":
             _check_dtype(call.dtype, where)
@@ -191,39 +185,55 @@ def validate(calls, rank, world_size, path):
         if call.op in ("send", "recv"):
             _check_peer(call.peer, rank, world_size, where)
             continue
-        group = call.group or tuple(range(world_size))
-        call.group = tuple(group)
-        if any(not _is_count(r) or r >= world_size for r in group) or len(set(group)) != len(group):
-            raise TraceError(f"{where}: group {list(group)} is not a set of ranks of a "
-                             f"{world_size}-rank world")
-        if rank not in group:
-            raise TraceError(f"{where}: rank {rank} is not in its own call's group {list(group)}")
-        if call.op in ROOTED and call.root not in group:
-            raise TraceError(f"{where}: root {call.root!r} is not a rank of the group "
-                             f"{list(group)}")
-        if call.reduce_op is not None and call.reduce_op not in REDUCE_OPS:
-            raise TraceError(f"{where}: reduction {call.reduce_op!r} (replayed: "
-                             f"{', '.join(REDUCE_OPS)})")
-        g = len(group)
-        if call.op == "all_to_all":
-            for name in ("in_split", "out_split"):
-                split = getattr(call, name)
-                if split is None:
-                    numel = call.in_numel if name == "in_split" else call.out_numel
-                    if numel % g:
-                        raise TraceError(f"{where}: {numel} elements do not split evenly "
-                                         f"among {g} ranks, and the trace gives no {name}")
-                    setattr(call, name, [numel // g] * g)
-                elif len(split) != g or not all(_is_count(x) for x in split):
-                    raise TraceError(f"{where}: {name} {split!r} is not {g} element counts")
-            call.in_numel, call.out_numel = sum(call.in_split), sum(call.out_split)
-        elif call.op == "all_gather" and call.out_numel != call.in_numel * g:
-            raise TraceError(f"{where}: gathers {call.in_numel} elements from each of {g} ranks "
-                             f"into {call.out_numel}")
-        elif call.op == "reduce_scatter" and call.in_numel != call.out_numel * g:
-            raise TraceError(f"{where}: reduces {call.in_numel} elements to {call.out_numel} per "
-                             f"rank over {g} ranks")
-        assert call.op in COLLECTIVES
+        _check_collective(call, rank, world_size, where)
+
+
+def _check_batch(call, rank, world_size, where):
+    if not call.batch:
+        raise TraceError(f"{where}: a batch without sends or receives")
+    for part in call.batch:
+        _check_dtype(part.dtype, where)
+        _check_peer(part.peer, rank, world_size, where)
+        if not _is_count(part.numel):
+            raise TraceError(f"{where}: element count {part.numel!r}")
+
+
+def _check_collective(call, rank, world_size, where):
+    """A collective's group, root, reduction and counts against its group's size (all_to_all's
+    even splits filled in where the trace gives none)."""
+    group = call.group or tuple(range(world_size))
+    call.group = tuple(group)
+    if any(not _is_count(r) or r >= world_size for r in group) or len(set(group)) != len(group):
+        raise TraceError(f"{where}: group {list(group)} is not a set of ranks of a "
+                         f"{world_size}-rank world")
+    if rank not in group:
+        raise TraceError(f"{where}: rank {rank} is not in its own call's group {list(group)}")
+    if call.op in ROOTED and call.root not in group:
+        raise TraceError(f"{where}: root {call.root!r} is not a rank of the group "
+                         f"{list(group)}")
+    if call.reduce_op is not None and call.reduce_op not in REDUCE_OPS:
+        raise TraceError(f"{where}: reduction {call.reduce_op!r} (replayed: "
+                         f"{', '.join(REDUCE_OPS)})")
+    g = len(group)
+    if call.op == "all_to_all":
+        for name in ("in_split", "out_split"):
+            split = getattr(call, name)
+            if split is None:
+                numel = call.in_numel if name == "in_split" else call.out_numel
+                if numel % g:
+                    raise TraceError(f"{where}: {numel} elements do not split evenly "
+                                     f"among {g} ranks, and the trace gives no {name}")
+                setattr(call, name, [numel // g] * g)
+            elif len(split) != g or not all(_is_count(x) for x in split):
+                raise TraceError(f"{where}: {name} {split!r} is not {g} element counts")
+        call.in_numel, call.out_numel = sum(call.in_split), sum(call.out_split)
+    elif call.op == "all_gather" and call.out_numel != call.in_numel * g:
+        raise TraceError(f"{where}: gathers {call.in_numel} elements from each of {g} ranks "
+                         f"into {call.out_numel}")
+    elif call.op == "reduce_scatter" and call.in_numel != call.out_numel * g:
+        raise TraceError(f"{where}: reduces {call.in_numel} elements to {call.out_numel} per "
+                         f"rank over {g} ranks")
+    assert call.op in COLLECTIVES
 
 
 def _check_dtype(name, where):
