@@ -1,0 +1,238 @@
+"""A doctor.py check's state on each rank and the phases it measures: its hosts and their
+ranks, the process groups it needs (made by every rank in the same order), the within-host
+phase, rounds of pairs of hosts (with control pairs beside retests), and the meetings between
+steps at the rendezvous store, where a rank that never comes makes its host unreachable."""
+
+from datetime import timedelta
+
+import torch
+import torch.distributed
+
+from ..errors import UsageError
+from ..table import note
+from . import control, measure, plan, schedule, topology, verdict
+from .control import Control
+
+
+class Check:
+    """One check's state on this rank."""
+
+    def __init__(self, comm, args):
+        self.comm, self.args = comm, args
+        names = list(dict.fromkeys(comm.hostnames))
+        self.hosts = names
+        self.ranks = [[r for r, h in enumerate(comm.hostnames) if h == name] for name in names]
+        counts = {len(ranks) for ranks in self.ranks}
+        if len(counts) > 1:
+            shape = ", ".join(f"{h} {len(r)}" for h, r in zip(names, self.ranks))
+            raise UsageError(f"uneven ranks per host ({shape}): start the same number of ranks "
+                             "on every host")
+        self.plan = plan.resolve(args.plan, len(names))
+        self.my_host = names.index(comm.hostnames[comm.global_rank])
+        self.leader = self.ranks[self.my_host][0] == comm.global_rank
+        self.control = Control(comm, args.timeout)
+        self.topology, self.topology_note = topology.for_check(
+            args.topology_of, args.topology, names, comm.global_rank, self.control)
+        self.figures = verdict.Figures(
+            names, args.min_fraction, args.bw_unit,
+            expect_Bps=args.expect_gbps * 1e9 / 8 if args.expect_gbps else None,
+            expect_latency_s=args.expect_latency_us * 1e-6 if args.expect_latency_us else None)
+        self.figures.full = self.plan == "full"
+        if self.topology is not None:
+            self.figures.leaf = self.topology.leaf_index(names)
+            self.figures.switch_names = [s.name for s in self.topology.leaves()]
+        self.writer = None
+        self.timeout = timedelta(seconds=args.timeout)
+        self.groups = self._make_groups()
+
+    # ------------------------------------------------------------------ steps
+
+    def _dead_hosts(self):
+        return {self.comm.hostnames[r] for r in self.control.gone}
+
+    def _sync(self, name):
+        """Every live rank at `name`; hosts of ranks that never came are unreachable."""
+        new = self.control.step(name)
+        for rank in sorted(new):
+            host = self.hosts.index(self.comm.hostnames[rank])
+            if host not in self.figures.unreachable:
+                self.figures.unreachable.add(host)
+                if self.control.dead_why.get(rank) == "heartbeat":
+                    why = (f"rank {rank} stopped answering: its heartbeat in the store stood "
+                           f"still for {control.DEAD_S:g} s")
+                else:
+                    why = f"rank {rank} did not answer within --timeout {self.args.timeout:g} s"
+                self.figures.unreachable_why[host] = f"{why} ({_step_words(name)})"
+                self.say(f"host {self.hosts[host]} is unreachable: "
+                         f"{self.figures.unreachable_why[host]}; the check goes on without it")
+
+    def say(self, line):
+        note(self.comm, line)
+
+    def _make_groups(self):
+        """Every group the check may use, made now, while every host answers, by every rank in
+        the same order (torch names a group by its ranks and by how many groups the process
+        already has: ranks that made groups in different orders wait for each other forever;
+        PARAM's replay met the same): each host's ranks, then one rank of each pair of hosts
+        (the full plan; the screen's pairs are known a round at a time: `_ensure`)."""
+        wanted = []
+        if len(self.ranks[0]) > 1:
+            wanted += [tuple(ranks) for ranks in self.ranks]
+        leaders = [ranks[0] for ranks in self.ranks]
+        if self.plan == "full":
+            wanted += [(leaders[a], leaders[b]) for pairs in schedule.round_robin(len(self.hosts))
+                       for a, b in pairs]
+        return {ranks: torch.distributed.new_group(list(ranks), timeout=self.timeout)
+                for ranks in wanted}
+
+    def _ensure(self, pairs):
+        """The groups of `pairs` (host indices) not made yet, made by every rank in the same
+        order (pairs with an unreachable host left out: every rank knows the same ones)."""
+        for a, b in pairs:
+            if a in self.figures.unreachable or b in self.figures.unreachable:
+                continue
+            ranks = tuple(sorted((self.ranks[a][0], self.ranks[b][0])))
+            if ranks not in self.groups:
+                self.groups[ranks] = torch.distributed.new_group(list(ranks),
+                                                                 timeout=self.timeout)
+
+    def _ensure_ranks(self, ranks):
+        """The group of these ranks, made by every rank in the same order if not made yet."""
+        if tuple(ranks) not in self.groups:
+            self.groups[tuple(ranks)] = torch.distributed.new_group(list(ranks),
+                                                                    timeout=self.timeout)
+
+    def _group(self, ranks):
+        return self.groups[tuple(ranks)]
+
+    def within_hosts(self, phase="intra"):
+        """Phase 1 (and its retest): every host's ranks among themselves: latency one host
+        after the other (hosts that share cores would slow each other's round trips), then
+        bandwidth, all hosts at once."""
+        mine = self.ranks[self.my_host]
+        host = measure.Host(self.comm, self._group(mine), list(mine), self.args.small_bytes,
+                            self.args.large_bytes)
+        figures = {}
+        for turn in range(len(self.hosts)):
+            if turn == self.my_host and host is not None:
+                try:
+                    figures = host.latency(self.args.trials, self.args.repeat, self.args.warmups)
+                except RuntimeError as error:
+                    figures, host = {"failed": _first_line(error)}, None
+            self._sync(f"{phase}-latency-{turn}")
+        if host is not None:
+            try:
+                figures.update(host.bandwidth(self.args.trials, self.args.repeat,
+                                              self.args.warmups))
+            except RuntimeError as error:
+                figures = {"failed": _first_line(error)}
+        if self.leader:
+            self.control.post(f"{phase}/{self.my_host}", figures)
+        self._sync(phase)
+        if self.comm.global_rank == 0:
+            table = self.figures.hosts if phase == "intra" else self.figures.hosts_retest
+            for host in range(len(self.hosts)):
+                found = self.control.fetch(f"{phase}/{host}", timeout=0) \
+                    if host not in self.figures.unreachable else None
+                if found and "failed" not in found and {"busbw_Bps", "latency_s"} <= set(found):
+                    table[host] = verdict.Host(found["busbw_Bps"], found["latency_s"])
+                if host in self.figures.unreachable:
+                    found = {"failed": f"not measured: {self.hosts[host]} is unreachable"}
+                self._record({"phase": phase, "host": self.hosts[host],
+                              "ranks": self.ranks[host], **(found or {"failed": "no answer"})})
+
+    def pairs(self, rounds, phase, controls=None, first=0):
+        """Phase 2 (and 3, the retest): in each round, the pairs' latency one pair after the
+        other (round trips of pairs at once wait for each other's CPU or switch port: on hosts
+        that share cores they came out 20x too slow), then every pair's bandwidth at once; one
+        rank of each host. A retest round is the pair retested, then its control pair (measured
+        at the same time: the yardstick of that moment); `controls` (the screen's retests,
+        several a round): control pair -> the pair it is measured beside. `first`: the number of
+        the first round."""
+        for number, pairs in enumerate(rounds, first):
+            self._ensure(pairs)
+            partner = next((b if a == self.my_host else a for a, b in pairs
+                            if self.my_host in (a, b)), None)
+            mine = self.leader and partner is not None and partner not in self.figures.unreachable
+            found, pair = {}, None
+            if mine:
+                me, peer = self.comm.global_rank, self.ranks[partner][0]
+                pair = measure.Pair(self.comm, self._group(sorted((me, peer))), me, peer,
+                                    self.args.small_bytes, self.args.large_bytes)
+            for turn, hosts in enumerate(pairs):
+                if pair is not None and self.my_host in hosts and \
+                        partner not in self.figures.unreachable:
+                    try:
+                        found = pair.latency(self.args.trials, self.args.repeat,
+                                             self.args.warmups)
+                    except RuntimeError as error:
+                        found, pair = {"failed": _first_line(error)}, None
+                self._sync(f"{phase}-{number}-latency-{turn}")
+            if pair is not None and partner not in self.figures.unreachable:
+                try:
+                    found.update(pair.bandwidth(self.args.trials, self.args.repeat))
+                except RuntimeError as error:
+                    found = {"failed": _first_line(error)}
+            if mine and self.my_host < partner:
+                if "failed" not in found and not {"latency_s", "forward_Bps"} <= set(found):
+                    found = {"failed": f"{self.hosts[partner]} became unreachable"}
+                # a key per round: a pair measured in two rounds (a control twice) never
+                # leaves a figure of the earlier round to be read as the later's
+                self.control.post(f"{phase}/{number}/{self.my_host}-{partner}",
+                                  {"round": number, **found})
+            self._sync(f"{phase}-{number}")
+            if self.comm.global_rank == 0:
+                for index, (a, b) in enumerate(pairs):
+                    found = self.control.fetch(f"{phase}/{number}/{a}-{b}", timeout=0)
+                    gone = [self.hosts[h] for h in (a, b) if h in self.figures.unreachable]
+                    if gone and found is None:  # no figure, only why
+                        found = {"round": number, "failed": f"not measured: {gone[0]} is "
+                                                            "unreachable"}
+                    found = found or {"round": number, "failed": "no answer"}
+                    if phase == "retest" and controls is not None:
+                        if (a, b) in controls:
+                            self._take("control", a, b, found, control_for=controls[(a, b)])
+                        else:
+                            self._take(phase, a, b, found)
+                    elif phase == "retest" and index:
+                        self._take("control", a, b, found, control_for=pairs[0])
+                    else:
+                        self._take(phase, a, b, found)
+
+    def _take(self, phase, a, b, found, control_for=None):
+        extra = {}
+        if "failed" not in found and {"latency_s", "forward_Bps", "backward_Bps",
+                                      "both_Bps"} <= set(found):
+            link = verdict.Link(found["latency_s"], found["forward_Bps"], found["backward_Bps"],
+                                found["both_Bps"], (found.get("latency_ci_s") or [None])[0])
+            if control_for is not None:
+                self.figures.controls[control_for] = link
+            else:
+                (self.figures.retests if phase == "retest" else self.figures.links)[(a, b)] = link
+            if phase == "pairs":
+                self.figures.measured.append((found.get("round"), a, b, link))
+            else:
+                self.figures.retest_log.append((found.get("round"), (a, b), link, control_for))
+        if control_for is not None:
+            self.figures.control_of[control_for] = (a, b)
+            extra = {"control_for": [self.hosts[h] for h in control_for]}
+        self._record({"phase": phase, "hosts": [self.hosts[a], self.hosts[b]],
+                      "ranks": [self.ranks[a][0], self.ranks[b][0]], **extra, **found})
+
+    def _record(self, record):
+        if self.writer is not None:
+            self.writer.add({"type": "doctor", **record})
+
+
+def _step_words(name):
+    """`pairs-1` -> `round 2 of the pairs`; `intra` -> `within the hosts`."""
+    phase, _, rest = name.partition("-")
+    number = rest.split("-")[0]
+    if phase == "intra":
+        return "within the hosts" + (", retest" if rest.startswith("retest") else "")
+    return f"round {int(number) + 1} of the {'retests' if phase == 'retest' else 'pairs'}"
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:300]

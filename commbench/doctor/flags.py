@@ -1,0 +1,114 @@
+"""doctor.py's command line: its flags, their checks, and what the suite's start-up reads of an
+op script's flags, fixed for the doctor (a bad --topology file is refused here, before any
+rank measures)."""
+
+import argparse
+
+from .. import defaults, results
+from ..cli import add_rank_flags, add_store_flags
+from ..errors import UsageError
+from ..flags import UsageParser, prog
+from ..numbers import byte_count, float_in, int_at_least
+from . import plan, topology
+
+DEFAULT_MIN_FRACTION = 0.5
+
+
+def _fraction(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text}")
+    return value
+
+
+def _floor(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not value >= 0 or value != value:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def parser():
+    p = UsageParser(prog=prog("doctor.py"),
+                description="Check a cluster's hosts and links: each host's ranks among "
+                            "themselves, every pair of hosts both ways, a verdict naming the "
+                            "slow or broken host or link. Exit 0 healthy, 1 anything suspect "
+                            "or unreachable, 2 bad usage.")
+    add_rank_flags(p, "communication layer to start")
+    p.add_argument("--plan", choices=plan.PLANS, default="auto",
+                   help="full: every pair of hosts (N-1 rounds); screen: --rounds rounds of "
+                        "disjoint pairs, slowest with fastest, then the suspects' retests; auto: "
+                        f"full up to {plan.AUTO_FULL_HOSTS} hosts, screen above (default auto)")
+    p.add_argument("--rounds", type=int_at_least(1), default=plan.DEFAULT_ROUNDS, metavar="K",
+                   help=f"the screen's rounds of pairs (default {plan.DEFAULT_ROUNDS})")
+    p.add_argument("--seed", type=int_at_least(0), default=0,
+                   help="the screen's first round of pairs is drawn with it (default 0)")
+    p.add_argument("--topology", metavar="FILE",
+                   help="which switch each host is behind, in Slurm's topology.conf form "
+                        "(SwitchName=s1 Nodes=node[01-16]): the screen pairs hosts across "
+                        "switches and names a switch whose hosts are slow only to the outside "
+                        "(under srun: Slurm's own when it has one; 'none': no topology)")
+    p.add_argument("--fleet-wide", action="store_true",
+                   help="after the verdict on the pairs, one all_reduce across every live host "
+                        "not named, held against what its pairs predict; when slower, its "
+                        "halves at once, the slower one split again (about log2 N rounds) to "
+                        "name the group that slows the fleet")
+    p.add_argument("--min-fraction", type=_fraction, default=DEFAULT_MIN_FRACTION, metavar="F",
+                   help="a host or link below F of its peers' median bandwidth (or above 1/F of "
+                        "their latency), and beyond 3 robust deviations of them, is suspect "
+                        f"(default {DEFAULT_MIN_FRACTION})")
+    p.add_argument("--expect-gbps", type=_floor, default=None, metavar="GBPS",
+                   help="also suspect any link (one way) or host (bus bandwidth) below this many "
+                        "Gbps, whatever its peers do")
+    p.add_argument("--expect-latency-us", type=_floor, default=None, metavar="US",
+                   help="also suspect any link whose small-message latency is above this")
+    p.add_argument("--small-bytes", type=byte_count, default=8, metavar="BYTES",
+                   help="the latency message (default 8)")
+    p.add_argument("--large-bytes", type=byte_count, default=16 << 20, metavar="BYTES",
+                   help="the bandwidth message (default 16M)")
+    p.add_argument("--trials", type=int_at_least(1), default=20,
+                   help="trials of a latency window (bandwidth windows: a fifth, at least 2; "
+                        "default 20)")
+    p.add_argument("--warmups", type=int_at_least(0), default=2,
+                   help="untimed rounds before each measurement (default 2)")
+    p.add_argument("--repeat", type=int_at_least(2), default=3, metavar="R",
+                   help="windows per figure, for its 95%% interval (default 3)")
+    p.add_argument("--retest", type=int_at_least(0), default=2, metavar="K",
+                   help="re-measure each suspect host against K hosts judged good before naming "
+                        "it (default 2; 0: name first-pass suspects)")
+    p.add_argument("--bw-unit", choices=defaults.BW_UNITS, default=defaults.DEFAULT_UNIT)
+    p.add_argument("--timeout", type=float_in(0, 1e6, "a positive number of seconds"),
+                   default=120, metavar="SECONDS",
+                   help="seconds a rank waits for a peer that hangs; a host that does not "
+                        "answer within it is named unreachable (one whose rank died: as soon as "
+                        "its heartbeat stands still, 10 s; default %(default)s)")
+    p.add_argument("--output", metavar="PATH",
+                   help="write a meta record, a record per measurement and the verdict to PATH "
+                        "(.jsonl or .json)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --output file")
+    add_store_flags(p)
+    p.add_argument("--baseline", metavar="URL", default=None,
+                   help="also judge each host and link against its own last 10 checks in this "
+                        "results database (--db's; the same --tag; docs/history.md)")
+    return p
+
+
+def parse(argv=None):
+    args = parser().parse_args(argv)
+    # What the suite's start-up reads of an op script's flags, fixed for the doctor.
+    args.dtype, args.op, args.pin, args.groups = "float32", "sum", False, None
+    args.topology_of = (topology.parse(args.topology) if args.topology not in (None, "none")
+                        else None)
+    if args.output:
+        kind = results.output_format(args.output)
+        if kind == ".csv":
+            raise UsageError("--output: doctor.py writes .jsonl or .json (its records are not a "
+                             "table of sizes)")
+    return args
