@@ -109,17 +109,8 @@ def judge(hosts_now, links_now, hosts_past, links_past, fraction=FRACTION, last=
                                   f"median of the last {last} checks: the fleet is slower than it "
                                   "was (its peers cannot see that)")
     else:
-        # one below its own past while the rest are not; judged against the fleet's own ratio
-        # today, so that a busy moment for everyone is not blamed on one
-        for name, ratio in sorted(host_ratios.items()):
-            if ratio < floors[name] * fleet:
-                result["findings"].append(f"{name}: its ranks{chr(39) if latency else ''} "
-                                          f"{x(ratio)} their median of the last {last} checks "
-                                          f"(the others {x(fleet)})")
-        for (a, b), ratio in sorted(link_ratios.items()):
-            if ratio < floors[(a, b)] * fleet:
-                result["findings"].append(f"link {a} - {b}: {x(ratio)} its median of the last "
-                                          f"{last} checks (the others {x(fleet)})")
+        result["findings"] += _each_against_its_past(host_ratios, link_ratios, floors, fleet,
+                                                     last, latency, x)
     result["lines"].append(
         f"{label}: {len(host_ratios)} host(s) and {len(link_ratios)} link(s) against their "
         f"own last {last} checks: median {x(fleet)}"
@@ -129,6 +120,21 @@ def judge(hosts_now, links_now, hosts_past, links_past, fraction=FRACTION, last=
         + (f"; {unknown} with fewer than {MIN_CHECKS} earlier checks, not judged" if unknown
            else "") + ("" if result["findings"] else "; none slower than it was"))
     return result
+
+
+def _each_against_its_past(host_ratios, link_ratios, floors, fleet, last, latency, x):
+    """A host or link below its own past while the rest are not: judged against the fleet's own
+    ratio today, so that a busy moment for everyone is not blamed on one."""
+    found = []
+    for name, ratio in sorted(host_ratios.items()):
+        if ratio < floors[name] * fleet:
+            found.append(f"{name}: its ranks{chr(39) if latency else ''} {x(ratio)} their median "
+                         f"of the last {last} checks (the others {x(fleet)})")
+    for (a, b), ratio in sorted(link_ratios.items()):
+        if ratio < floors[(a, b)] * fleet:
+            found.append(f"link {a} - {b}: {x(ratio)} its median of the last {last} checks "
+                         f"(the others {x(fleet)})")
+    return found
 
 
 def check(where, figures, tag=None, last=LAST):

@@ -103,19 +103,7 @@ def run(figures, judgement, collective, number):
     (whole,) = ratios([live])
     if whole >= -SLOW:
         return number - start
-    group, last = live, None
-    while len(group) > 1:
-        a, b = halves(group, figures.leaf)
-        if not a or not b:
-            break
-        ra, rb = ratios(list(padded(group, a, b)))
-        if abs(ra - rb) < APART:  # alike: once more (a pair's residual can hide 2x)
-            ra, rb = ratios(list(padded(group, a, b)))
-        if abs(ra - rb) < APART:
-            break  # alike twice (both fine: the group needs all of its load; both slow: the
-            # fault is in both, or the machine was busy): nothing to narrow
-        last = (group, a, b, ra < rb)
-        group = a if ra < rb else b
+    group, last = _narrow(live, figures.leaf, lambda g, a, b: ratios(list(padded(g, a, b))))
     if last is None:
         judgement.cleared.append(
             f"the fleet-wide collective ran at {math.exp(whole):.2f}x what its pairs predict; "
@@ -130,6 +118,26 @@ def run(figures, judgement, collective, number):
         return number - start
     _name(figures, judgement, sorted(group), whole, number - start, min(ra, rb))
     return number - start
+
+
+def _narrow(group, leaf, measure):
+    """Halve `group` while one half is slower than the other (measure(group, a, b): the halves'
+    log ratios, at once). Returns (the group found, the last split (parent, a, b, a slower) or
+    None when the first split's halves were alike)."""
+    last = None
+    while len(group) > 1:
+        a, b = halves(group, leaf)
+        if not a or not b:
+            break
+        ra, rb = measure(group, a, b)
+        if abs(ra - rb) < APART:  # alike: once more (a pair's residual can hide 2x)
+            ra, rb = measure(group, a, b)
+        if abs(ra - rb) < APART:
+            break  # alike twice (both fine: the group needs all of its load; both slow: the
+            # fault is in both, or the machine was busy): nothing to narrow
+        last = (group, a, b, ra < rb)
+        group = a if ra < rb else b
+    return group, last
 
 
 def _name(figures, judgement, group, whole, rounds, ratio):

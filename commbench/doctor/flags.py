@@ -59,6 +59,27 @@ def parser():
                         "not named, held against what its pairs predict; when slower, its "
                         "halves at once, the slower one split again (about log2 N rounds) to "
                         "name the group that slows the fleet")
+    _measuring_flags(p)
+    p.add_argument("--bw-unit", choices=defaults.BW_UNITS, default=defaults.DEFAULT_UNIT)
+    p.add_argument("--timeout", type=float_in(0, 1e6, "a positive number of seconds"),
+                   default=120, metavar="SECONDS",
+                   help="seconds a rank waits for a peer that hangs; a host that does not "
+                        "answer within it is named unreachable (one whose rank died: as soon as "
+                        "its heartbeat stands still, 10 s; default %(default)s)")
+    p.add_argument("--output", metavar="PATH",
+                   help="write a meta record, a record per measurement and the verdict to PATH "
+                        "(.jsonl or .json)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --output file")
+    add_store_flags(p)
+    p.add_argument("--baseline", metavar="URL", default=None,
+                   help="also judge each host and link against its own last 10 checks in this "
+                        "results database (--db's; the same --tag; docs/history.md)")
+    return p
+
+
+def _measuring_flags(p):
+    """How a check measures and judges: the bars, the message sizes, the trials, the retests."""
     p.add_argument("--min-fraction", type=_fraction, default=DEFAULT_MIN_FRACTION, metavar="F",
                    help="a host or link below F of its peers' median bandwidth (or above 1/F of "
                         "their latency), and beyond 3 robust deviations of them, is suspect "
@@ -82,22 +103,6 @@ def parser():
     p.add_argument("--retest", type=int_at_least(0), default=2, metavar="K",
                    help="re-measure each suspect host against K hosts judged good before naming "
                         "it (default 2; 0: name first-pass suspects)")
-    p.add_argument("--bw-unit", choices=defaults.BW_UNITS, default=defaults.DEFAULT_UNIT)
-    p.add_argument("--timeout", type=float_in(0, 1e6, "a positive number of seconds"),
-                   default=120, metavar="SECONDS",
-                   help="seconds a rank waits for a peer that hangs; a host that does not "
-                        "answer within it is named unreachable (one whose rank died: as soon as "
-                        "its heartbeat stands still, 10 s; default %(default)s)")
-    p.add_argument("--output", metavar="PATH",
-                   help="write a meta record, a record per measurement and the verdict to PATH "
-                        "(.jsonl or .json)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing --output file")
-    add_store_flags(p)
-    p.add_argument("--baseline", metavar="URL", default=None,
-                   help="also judge each host and link against its own last 10 checks in this "
-                        "results database (--db's; the same --tag; docs/history.md)")
-    return p
 
 
 def parse(argv=None):

@@ -236,58 +236,72 @@ def retest_plan(figures, judgement, per_host=2):
     for finding in judgement.suspects:
         if finding.kind == "switch":  # a round of its own: its uplink loaded as in the screen
             rounds.append(_switch_round(finding, good, leaf, controls))
-    cursor = 0
+    picker = _Picker(good)
     while any(want[3] > 0 for want in wants) and len(rounds) < 4 * per_host + 4:
-        used, pairs = set(), []
-
-        def take(avoid):
-            nonlocal cursor
-            for step in range(len(good)):
-                g = good[(cursor + step) % len(good)]
-                if g not in used and avoid(g):
-                    cursor = (cursor + step + 1) % len(good)
-                    used.add(g)
-                    return g
-            return None
-
-        for want in wants:
-            finding, h, met, left = want
-            if left <= 0:
-                continue
-            if h is None:
-                pair = tuple(sorted(finding.hosts))
-                if used & set(pair):
-                    continue
-            else:
-                if h in used:
-                    continue
-                if h in mates:
-                    g = next((m for m in mates[h] if m not in used and m not in met), None)
-                    if g is not None:
-                        used.add(g)
-                else:
-                    g = take(lambda g: g != h and g not in met)
-                if g is None:
-                    want[3] = 0
-                    continue
-                met.add(g)
-                pair = (min(h, g), max(h, g))
-            used.update(pair)
-            pairs.append(pair)
-            finding.pairs.append(pair)
-            want[3] -= 1
-            a = take(lambda g: True)
-            b = take(lambda g: g != a) if a is not None else None
-            if b is not None:
-                control = (min(a, b), max(a, b))
-                pairs.append(control)
-                controls[control] = pair
-            else:
-                used.discard(a)
+        pairs = _retest_round(wants, picker, mates, controls)
         if not pairs:
             break
         rounds.append(sorted(pairs))
     return rounds, controls
+
+
+class _Picker:
+    """The good hosts taken in turn, the turn kept across rounds, each host once a round."""
+
+    def __init__(self, good):
+        self.good, self.cursor, self.used = good, 0, set()
+
+    def take(self, allowed):
+        for step in range(len(self.good)):
+            g = self.good[(self.cursor + step) % len(self.good)]
+            if g not in self.used and allowed(g):
+                self.cursor = (self.cursor + step + 1) % len(self.good)
+                self.used.add(g)
+                return g
+        return None
+
+
+def _retest_round(wants, picker, mates, controls):
+    """One round of disjoint pairs: each suspect that still wants a retest (a host against a good
+    host it has not met, or a switch-mate; a link itself), each beside a control pair of two good
+    hosts. Returns the round's pairs, controls among them."""
+    picker.used = used = set()
+    pairs = []
+    for want in wants:
+        finding, h, met, left = want
+        if left <= 0:
+            continue
+        if h is None:
+            pair = tuple(sorted(finding.hosts))
+            if used & set(pair):
+                continue
+        else:
+            if h in used:
+                continue
+            if h in mates:
+                g = next((m for m in mates[h] if m not in used and m not in met), None)
+                if g is not None:
+                    used.add(g)
+            else:
+                g = picker.take(lambda g: g != h and g not in met)
+            if g is None:
+                want[3] = 0
+                continue
+            met.add(g)
+            pair = (min(h, g), max(h, g))
+        used.update(pair)
+        pairs.append(pair)
+        finding.pairs.append(pair)
+        want[3] -= 1
+        a = picker.take(lambda g: True)
+        b = picker.take(lambda g: g != a) if a is not None else None
+        if b is not None:
+            control = (min(a, b), max(a, b))
+            pairs.append(control)
+            controls[control] = pair
+        else:
+            used.discard(a)
+    return pairs
 
 
 def _switch_round(finding, good, leaf, controls):
@@ -321,6 +335,25 @@ def _retests(figures, pairs):
             if of is None and pair in pairs and link.bandwidth]
 
 
+def _against_controls(figures, measured, sigma, typical):
+    """Each retest's z against its control pair (or, with none, the first pass's median pair),
+    and its words ("a-b X Gbps beside c-d Y Gbps")."""
+    against, words = [], []
+    for pair, again, control in measured:
+        bw = again.bandwidth
+        if control is not None and control[1].bandwidth:
+            z = math.log(bw / control[1].bandwidth) / (sigma * math.sqrt(2))
+        elif typical:
+            z, control = math.log(bw / typical) / sigma, None
+        else:
+            z, control = 0.0, None
+        against.append(z)
+        words.append(f"{figures.pair(*pair)} {figures.bw(bw)}" +
+                     (f" beside {figures.pair(*control[0])} {figures.bw(control[1].bandwidth)}"
+                      if control else ""))
+    return against, words
+
+
 def confirm(figures, judgement):
     """Each suspect named when its retest is still below -RETEST_Z against the control pair
     measured at the same time (or, with no control, against the first pass's median pair),
@@ -337,19 +370,7 @@ def confirm(figures, judgement):
             finding.text += " (not retested)"
             judgement.findings.append(finding)
             continue
-        against, words = [], []
-        for pair, again, control in measured:
-            bw = again.bandwidth
-            if control is not None and control[1].bandwidth:
-                z = math.log(bw / control[1].bandwidth) / (sigma * math.sqrt(2))
-            elif typical:
-                z, control = math.log(bw / typical) / sigma, None
-            else:
-                z, control = 0.0, None
-            against.append(z)
-            words.append(f"{figures.pair(*pair)} {figures.bw(bw)}" +
-                         (f" beside {figures.pair(*control[0])} {figures.bw(control[1].bandwidth)}"
-                          if control else ""))
+        against, words = _against_controls(figures, measured, sigma, typical)
         # a host: its retests together (z's sum over the root of their number: one noisy
         # control clears nothing); a link: the best of its retests (one descheduled rank on a
         # busy machine made a healthy pair 0.17x its control); a switch: the median of its

@@ -115,6 +115,24 @@ class Screen:
             partner = fallback if partner is None else partner
             used.add(partner)
             pairs.append((slow, partner))
+        return self._repair(pairs)
+
+    def _repair(self, pairs):
+        """The greedy pairing's last hosts may be left with a partner behind their own switch
+        (or one already met): such a pair swaps partners with another pair where all four then
+        fit (a perfect matching across switches exists whenever no switch holds more than
+        half of the hosts)."""
+        pairs = list(pairs)
+        for n in range(len(pairs)):
+            a, b = pairs[n]
+            if self._fits(a, b):
+                continue
+            swap = next(((m, x, y) for m, (c, d) in enumerate(pairs) if m != n
+                         for x, y in ((c, d), (d, c))
+                         if self._fits(a, x) and self._fits(b, y)), None)
+            if swap is not None:
+                m, x, y = swap
+                pairs[n], pairs[m] = (a, x), (b, y)
         return pairs
 
     def _fits(self, a, b):

@@ -400,87 +400,101 @@ def confirm(figures, judgement):
     avoid = suspect_links(judgement)
     good_links = [lk for (i, j), lk in figures.links.items()
                   if i in good and j in good and (i, j) not in avoid]
-    fraction = figures.fraction
     for finding in judgement.suspects:
         if finding.kind == "host" and finding.intra:
             confirm_intra(figures, judgement, finding)
         elif finding.kind == "host":
-            (h,) = finding.hosts
-            retested = [(min(h, g), max(h, g)) for g in partners(figures, judgement, h)
-                        if figures.link(h, g, retest=True) is not None]
-            again = [figures.retests[p] for p in retested]
-            if not again or not good_links:
-                finding.text += (" (not retested: no host judged good, over a link not itself "
-                                 "suspect, to retest it against)")
-                judgement.findings.append(finding)
-                continue
-            bws = [lk.bandwidth for lk in again if lk.bandwidth is not None]
-            lats = [lk.latency_s for lk in again if lk.latency_s is not None]
-            ref_bw = [lk.bandwidth for lk in good_links if lk.bandwidth is not None]
-            ref_lat = [lk.latency_s for lk in good_links if lk.latency_s is not None]
-            bw = statistics.median(bws) if bws else None
-            lat = statistics.median(lats) if lats else None
-            # late in every retest, each at its interval's low end (a pair's latency is out of
-            # line only when its interval is): one descheduled window is not a late host
-            least = min((lk.latency_low_s if lk.latency_low_s is not None else lk.latency_s
-                         for lk in again if lk.latency_s is not None), default=None)
-            slow = bool(bws and ref_bw and bw < fraction * statistics.median(ref_bw))
-            late = bool(lats and ref_lat and least > statistics.median(ref_lat) / fraction)
-            controls, control_words = _controls(figures, retested)
-            still = (slow and _beside("bandwidth", bw, controls, fraction)) or \
-                (late and _beside("latency", least, controls, fraction)) or \
-                (finding.measure == "bandwidth" and
-                 _below_controls(figures, retested, good_links))
-            names = ", ".join(figures.names[b if a == h else a] for a, b in retested)
-            if still:
-                finding.retested = True
-                finding.text += (f"; retested against {names}: "
-                                 f"{figures.bw(bw) if bws else '-'}, "
-                                 f"{figures.us(lat) if lats else '-'}" +
-                                 (f" (at the same time, {control_words})" if controls else ""))
-                judgement.findings.append(finding)
-            elif slow or late:
-                judgement.cleared.append(
-                    f"host {figures.names[h]} was slow in the first pass ({finding.text}) and "
-                    f"when retested ({figures.bw(bw) if bws else '-'}, "
-                    f"{figures.us(lat) if lats else '-'}) but not against {names} beside the "
-                    f"pairs measured at the same time ({control_words}): the machine was busy, "
-                    "not the host")
-            else:
-                judgement.cleared.append(f"host {figures.names[h]} was slow in the first pass "
-                                         f"({finding.text}) but not against {names}: noise")
+            _confirm_host(figures, judgement, finding, good_links)
         else:
-            i, j = finding.hosts
-            named = {h for f in judgement.findings if f.kind == "host" for h in f.hosts}
-            if i in named or j in named:
-                continue  # its host is named: that explains it
-            again = figures.link(i, j, retest=True)
-            if again is None:
-                finding.text += " (not retested)"
-                judgement.findings.append(finding)
-                continue
-            outlier = _link_outlier(figures, i, j, again)
-            pair = (min(i, j), max(i, j))
-            controls, control_words = _controls(figures, [pair])
-            if outlier and not outlier[2]:  # relative to its peers: the control's word too
-                value = again.latency_s if outlier[0] == "latency" else again.bandwidth
-                beside = _beside(outlier[0], value, controls, fraction)
-            else:
-                beside = True
-            if outlier and beside:
-                finding.text = f"{finding.text}; retested: {outlier[1]}" + \
-                    (f" (at the same time, {control_words})" if controls else "")
-                finding.retested = True
-                judgement.findings.append(finding)
-            elif outlier:
-                judgement.cleared.append(
-                    f"link {figures.pair(i, j)} was slow in the first pass ({finding.text}) and "
-                    f"when retested, but not beside the pair measured at the same time "
-                    f"({control_words}): the machine was busy, not the link")
-            else:
-                judgement.cleared.append(f"link {figures.pair(i, j)} was slow in the first pass "
-                                         f"({finding.text}) but not when retested: noise")
+            _confirm_link(figures, judgement, finding)
     for h in sorted(figures.unreachable):
         judgement.findings.append(Finding("unreachable", (h,), figures.unreachable_why.get(
             h, "did not answer within --timeout")))
     return judgement
+
+
+def _confirm_host(figures, judgement, finding, good_links):
+    """A suspect host: named when its retests (against its partners, never over a suspect link)
+    are still out of line, beside their control pairs too; else cleared, as noise or as a busy
+    machine."""
+    fraction = figures.fraction
+    (h,) = finding.hosts
+    retested = [(min(h, g), max(h, g)) for g in partners(figures, judgement, h)
+                if figures.link(h, g, retest=True) is not None]
+    again = [figures.retests[p] for p in retested]
+    if not again or not good_links:
+        finding.text += (" (not retested: no host judged good, over a link not itself "
+                         "suspect, to retest it against)")
+        judgement.findings.append(finding)
+        return
+    bws = [lk.bandwidth for lk in again if lk.bandwidth is not None]
+    lats = [lk.latency_s for lk in again if lk.latency_s is not None]
+    ref_bw = [lk.bandwidth for lk in good_links if lk.bandwidth is not None]
+    ref_lat = [lk.latency_s for lk in good_links if lk.latency_s is not None]
+    bw = statistics.median(bws) if bws else None
+    lat = statistics.median(lats) if lats else None
+    # late in every retest, each at its interval's low end (a pair's latency is out of
+    # line only when its interval is): one descheduled window is not a late host
+    least = min((lk.latency_low_s if lk.latency_low_s is not None else lk.latency_s
+                 for lk in again if lk.latency_s is not None), default=None)
+    slow = bool(bws and ref_bw and bw < fraction * statistics.median(ref_bw))
+    late = bool(lats and ref_lat and least > statistics.median(ref_lat) / fraction)
+    controls, control_words = _controls(figures, retested)
+    still = (slow and _beside("bandwidth", bw, controls, fraction)) or \
+        (late and _beside("latency", least, controls, fraction)) or \
+        (finding.measure == "bandwidth" and
+         _below_controls(figures, retested, good_links))
+    names = ", ".join(figures.names[b if a == h else a] for a, b in retested)
+    if still:
+        finding.retested = True
+        finding.text += (f"; retested against {names}: "
+                         f"{figures.bw(bw) if bws else '-'}, "
+                         f"{figures.us(lat) if lats else '-'}" +
+                         (f" (at the same time, {control_words})" if controls else ""))
+        judgement.findings.append(finding)
+    elif slow or late:
+        judgement.cleared.append(
+            f"host {figures.names[h]} was slow in the first pass ({finding.text}) and "
+            f"when retested ({figures.bw(bw) if bws else '-'}, "
+            f"{figures.us(lat) if lats else '-'}) but not against {names} beside the "
+            f"pairs measured at the same time ({control_words}): the machine was busy, "
+            "not the host")
+    else:
+        judgement.cleared.append(f"host {figures.names[h]} was slow in the first pass "
+                                 f"({finding.text}) but not against {names}: noise")
+
+
+def _confirm_link(figures, judgement, finding):
+    """A suspect link: named when its retest is still an outlier (beside its control pair, when
+    relative to its peers); passed over when one of its hosts is named."""
+    fraction = figures.fraction
+    i, j = finding.hosts
+    named = {h for f in judgement.findings if f.kind == "host" for h in f.hosts}
+    if i in named or j in named:
+        return  # its host is named: that explains it
+    again = figures.link(i, j, retest=True)
+    if again is None:
+        finding.text += " (not retested)"
+        judgement.findings.append(finding)
+        return
+    outlier = _link_outlier(figures, i, j, again)
+    pair = (min(i, j), max(i, j))
+    controls, control_words = _controls(figures, [pair])
+    if outlier and not outlier[2]:  # relative to its peers: the control's word too
+        value = again.latency_s if outlier[0] == "latency" else again.bandwidth
+        beside = _beside(outlier[0], value, controls, fraction)
+    else:
+        beside = True
+    if outlier and beside:
+        finding.text = f"{finding.text}; retested: {outlier[1]}" + \
+            (f" (at the same time, {control_words})" if controls else "")
+        finding.retested = True
+        judgement.findings.append(finding)
+    elif outlier:
+        judgement.cleared.append(
+            f"link {figures.pair(i, j)} was slow in the first pass ({finding.text}) and "
+            f"when retested, but not beside the pair measured at the same time "
+            f"({control_words}): the machine was busy, not the link")
+    else:
+        judgement.cleared.append(f"link {figures.pair(i, j)} was slow in the first pass "
+                                 f"({finding.text}) but not when retested: noise")
