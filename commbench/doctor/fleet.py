@@ -24,7 +24,10 @@ moment; a switch: all its hosts to good hosts outside it at once, a slow uplink 
 under load, beside as many control pairs) and named only when its retests, each held against its
 control (the difference of two pairs: sqrt(2) x the spread), are still below -RETEST_Z together
 (their z's sum over the root of their number; a switch: their median). Both slow: the machine
-was busy; named nothing."""
+was busy; named nothing.
+
+(Over 400 lines: the screen's verdict is one piece, first pass, retest plan and confirmation,
+with its rules side by side, as verdict.py is the full plan's.)"""
 
 import math
 import statistics
