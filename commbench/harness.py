@@ -16,7 +16,7 @@ from .errors import BenchmarkError, UsageError
 from .guard import RESULTS_LOCK, agree_to_go_on, deadline, peer_failure
 from .layer import processor_model
 from .memory import MemoryMeter
-from .onesize import _add_record, _time_window, timed_collective  # noqa: F401 (the ops' name)
+from .onesize import add_record, time_window, timed_collective  # noqa: F401 (the ops' name)
 from .progress import open_progress
 from .sizes import allocate, cap_sweep, plan_single_size, refuse_past_ceiling, sweep_numels
 from .table import extra_columns, note, print_header, print_row
@@ -259,7 +259,7 @@ def _measure_passes(collective, args, comm, numels, schedule, windows, records, 
                                                         counted=not adaptive))
                     else:
                         warmup = adaptive and number == 0
-                        timing, everyone = _time_window(collective, *buffers, args, comm, number,
+                        timing, everyone = time_window(collective, *buffers, args, comm, number,
                                                         warmup)
                         if not warmup:
                             windows[numel].append(timing)
@@ -311,7 +311,7 @@ def _aggregate(collective, args, comm, count, qualifiers, shown):
                   "group_count": count, "duration_s": max(r["duration_s"] for r in records),
                   "durations_per_group_s": [r["duration_s"] for r in records], **total,
                   "wrong": sum(r["wrong"] for r in records) if args.check else None}
-        _add_record(comm, record)
+        add_record(comm, record)
         extra = ["-"] * (columns - (1 if args.check else 0)) + \
             ([str(record["wrong"])] if args.check else [])
         scale = 8 if args.bw_unit == "Gbps" else 1

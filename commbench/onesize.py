@@ -101,7 +101,7 @@ def _each_group(collective, input, args, comm, everyone, trial_figures, repeat):
             comm.layout.pending.setdefault(index, []).append(row)
         if kind == "split" and comm.global_rank == 0:
             comm.layout.totals.setdefault(record["size_bytes"], []).append(record)
-        _add_record(comm, record)
+        add_record(comm, record)
         if index == own:
             found = record
     return found
@@ -207,7 +207,7 @@ def _overlap(collective, input, output, count, args, comm):
                            getattr(args, "overlap_factor", 1.0))
 
 
-def _time_window(collective, input, output, args, comm, index, warmup=False):
+def time_window(collective, input, output, args, comm, index, warmup=False):
     """One window of a size in a pass before the last (--repeat, --precision): timed, and its
     figure written to the results file at once (a record with "window": index, one per group
     under --groups), so that a run that dies keeps it. (This rank's Timing, every rank's
@@ -226,7 +226,7 @@ def _time_window(collective, input, output, args, comm, index, warmup=False):
             record.update(precision=target, warmup=warmup)
         if kind != "world":
             record.update(groups=kind, group=number, group_ranks=ranks)
-        _add_record(comm, record)
+        add_record(comm, record)
     return timing, everyone
 
 
@@ -244,7 +244,7 @@ def _size_record(collective, input, comm, mean):
             "duration_s": mean, "throughput_Bps": tput, "busbw_Bps": busbw, **extra}
 
 
-def _add_record(comm, record):
+def add_record(comm, record):
     if comm.results is None:
         return
     with RESULTS_LOCK:
