@@ -50,7 +50,7 @@ class Check:
     def _dead_hosts(self):
         return {self.comm.hostnames[r] for r in self.control.gone}
 
-    def _sync(self, name):
+    def sync(self, name):
         """Every live rank at `name`; hosts of ranks that never came are unreachable."""
         new = self.control.step(name)
         for rank in sorted(new):
@@ -91,26 +91,23 @@ class Check:
         for a, b in pairs:
             if a in self.figures.unreachable or b in self.figures.unreachable:
                 continue
-            ranks = tuple(sorted((self.ranks[a][0], self.ranks[b][0])))
-            if ranks not in self.groups:
-                self.groups[ranks] = torch.distributed.new_group(list(ranks),
-                                                                 timeout=self.timeout)
+            self.group(sorted((self.ranks[a][0], self.ranks[b][0])))
 
-    def _ensure_ranks(self, ranks):
-        """The group of these ranks, made by every rank in the same order if not made yet."""
-        if tuple(ranks) not in self.groups:
-            self.groups[tuple(ranks)] = torch.distributed.new_group(list(ranks),
-                                                                    timeout=self.timeout)
-
-    def _group(self, ranks):
-        return self.groups[tuple(ranks)]
+    def group(self, ranks):
+        """The process group of these ranks, made now if not made yet: every rank asks for the
+        same groups in the same order (the screen's pairs, --fleet-wide's groups), members or
+        not, as torch names a group by how many the process has made."""
+        ranks = tuple(ranks)
+        if ranks not in self.groups:
+            self.groups[ranks] = torch.distributed.new_group(list(ranks), timeout=self.timeout)
+        return self.groups[ranks]
 
     def within_hosts(self, phase="intra"):
         """Phase 1 (and its retest): every host's ranks among themselves: latency one host
         after the other (hosts that share cores would slow each other's round trips), then
         bandwidth, all hosts at once."""
         mine = self.ranks[self.my_host]
-        host = measure.Host(self.comm, self._group(mine), list(mine), self.args.small_bytes,
+        host = measure.Host(self.comm, self.group(mine), list(mine), self.args.small_bytes,
                             self.args.large_bytes)
         figures = {}
         for turn in range(len(self.hosts)):
@@ -119,7 +116,7 @@ class Check:
                     figures = host.latency(self.args.trials, self.args.repeat, self.args.warmups)
                 except RuntimeError as error:
                     figures, host = {"failed": _first_line(error)}, None
-            self._sync(f"{phase}-latency-{turn}")
+            self.sync(f"{phase}-latency-{turn}")
         if host is not None:
             try:
                 figures.update(host.bandwidth(self.args.trials, self.args.repeat,
@@ -128,7 +125,7 @@ class Check:
                 figures = {"failed": _first_line(error)}
         if self.leader:
             self.control.post(f"{phase}/{self.my_host}", figures)
-        self._sync(phase)
+        self.sync(phase)
         if self.comm.global_rank == 0:
             table = self.figures.hosts if phase == "intra" else self.figures.hosts_retest
             for host in range(len(self.hosts)):
@@ -138,7 +135,7 @@ class Check:
                     table[host] = verdict.Host(found["busbw_Bps"], found["latency_s"])
                 if host in self.figures.unreachable:
                     found = {"failed": f"not measured: {self.hosts[host]} is unreachable"}
-                self._record({"phase": phase, "host": self.hosts[host],
+                self.record({"phase": phase, "host": self.hosts[host],
                               "ranks": self.ranks[host], **(found or {"failed": "no answer"})})
 
     def pairs(self, rounds, phase, controls=None, first=0):
@@ -157,7 +154,7 @@ class Check:
             found, pair = {}, None
             if mine:
                 me, peer = self.comm.global_rank, self.ranks[partner][0]
-                pair = measure.Pair(self.comm, self._group(sorted((me, peer))), me, peer,
+                pair = measure.Pair(self.comm, self.group(sorted((me, peer))), me, peer,
                                     self.args.small_bytes, self.args.large_bytes)
             for turn, hosts in enumerate(pairs):
                 if pair is not None and self.my_host in hosts and \
@@ -167,7 +164,7 @@ class Check:
                                              self.args.warmups)
                     except RuntimeError as error:
                         found, pair = {"failed": _first_line(error)}, None
-                self._sync(f"{phase}-{number}-latency-{turn}")
+                self.sync(f"{phase}-{number}-latency-{turn}")
             if pair is not None and partner not in self.figures.unreachable:
                 try:
                     found.update(pair.bandwidth(self.args.trials, self.args.repeat))
@@ -180,7 +177,7 @@ class Check:
                 # leaves a figure of the earlier round to be read as the later's
                 self.control.post(f"{phase}/{number}/{self.my_host}-{partner}",
                                   {"round": number, **found})
-            self._sync(f"{phase}-{number}")
+            self.sync(f"{phase}-{number}")
             if self.comm.global_rank == 0:
                 for index, (a, b) in enumerate(pairs):
                     found = self.control.fetch(f"{phase}/{number}/{a}-{b}", timeout=0)
@@ -216,10 +213,10 @@ class Check:
         if control_for is not None:
             self.figures.control_of[control_for] = (a, b)
             extra = {"control_for": [self.hosts[h] for h in control_for]}
-        self._record({"phase": phase, "hosts": [self.hosts[a], self.hosts[b]],
+        self.record({"phase": phase, "hosts": [self.hosts[a], self.hosts[b]],
                       "ranks": [self.ranks[a][0], self.ranks[b][0]], **extra, **found})
 
-    def _record(self, record):
+    def record(self, record):
         if self.writer is not None:
             self.writer.add({"type": "doctor", **record})
 

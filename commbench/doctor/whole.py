@@ -58,14 +58,14 @@ def _round(check, groups, number):
     args, control = check.args, check.control
     leaders = [tuple(sorted(check.ranks[h][0] for h in group)) for group in groups]
     for ranks in leaders:  # every rank, in the same order
-        check._ensure_ranks(ranks)
+        check.group(ranks)
     mine = next((n for n, group in enumerate(groups) if check.my_host in group), None)
     if mine is not None and check.leader and \
             not any(h in check.figures.unreachable for h in groups[mine]):
         ranks = leaders[mine]
         found = {}
         try:
-            host = measure.Host(check.comm, check._group(ranks), list(ranks),
+            host = measure.Host(check.comm, check.group(ranks), list(ranks),
                                 args.small_bytes, args.large_bytes)
             found = host.bandwidth(args.trials, args.repeat, args.warmups)
         except RuntimeError as error:
@@ -73,13 +73,13 @@ def _round(check, groups, number):
                      type(error).__name__}
         if ranks[0] == check.comm.global_rank:
             control.post(f"fleet/{number}/{mine}", found)
-    check._sync(f"fleet-{number}")
+    check.sync(f"fleet-{number}")
     if check.comm.global_rank != 0:
         return None
     out = []
     for n, group in enumerate(groups):
         found = control.fetch(f"fleet/{number}/{n}", timeout=0) or {"failed": "no answer"}
-        check._record({"phase": "fleet", "round": number,
+        check.record({"phase": "fleet", "round": number,
                       "hosts": [check.hosts[h] for h in group], **found})
         out.append(found.get("busbw_Bps"))
     return out
