@@ -16,13 +16,13 @@ package; the process group they use is the one `init_processes` set up.
 `collective(name)` finds the descriptor of a registered op (constants.OPS) in commbench/ops/.
 """
 
-import argparse
 import sys
 
 # The package first: it silences torch's import-time warning when numpy is absent.
 from commbench import collective as _collective
 from commbench import harness, ops, sizes, table
 from commbench.cli import benchmark_parser
+from commbench.settings import Settings
 from commbench.table import convert_size, get_metric_strings
 
 import torch  # noqa: E402  (after the package, see above)
@@ -54,8 +54,7 @@ def max_numel(comm_op, dtype, mem_factor, local_rank, args):
     """The elements per rank a single-size run of `comm_op` would use with this dtype (a torch
     dtype or its name) and memory factor: the suite's own plan (SPEC §4, capped to what fits)."""
     name = dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")
-    planned = argparse.Namespace(**{**vars(args), "dtype": name, "mem_factor": mem_factor,
-                                    "output": None})
+    planned = Settings.of(args).but(dtype=name, mem_factor=mem_factor, output=None)
     comm = harness.init_processes(local_rank, planned)
     return sizes.plan_single_size(collective(comm_op), planned, comm)[0]
 
@@ -74,7 +73,7 @@ def print_header(args, comm_op):
     """The table header of `comm_op` (SPEC §6), from rank 0 alone."""
     shown = collective(comm_op).shown_world_size or torch.distributed.get_world_size()
     if _rank() == 0:
-        table.emit(sys.stdout, table.header_text(args, comm_op, shown))
+        table.emit(sys.stdout, table.header_text(Settings.of(args), comm_op, shown))
 
 
 def sync_all():

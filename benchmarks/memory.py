@@ -53,10 +53,11 @@ def run_scan(world_size, options, output):
 def report(world_size, records, options):
     sys.path.insert(0, str(ROOT))
     import utils
+    from commbench.settings import Settings
     from commbench.sizes import footprint
 
     comm = SimpleNamespace(world_size=world_size, on_accelerator=False, backend="gloo")
-    flags = SimpleNamespace(check=options.check, async_op=False, trials=1, warmups=1)
+    flags = Settings(check=options.check, trials=1, warmups=1)
     print(f"\nworld size {world_size}, --dist {options.dist}{', --check' if options.check else ''}"
           f": the largest size of a --maxsize {options.maxsize} scan, per rank")
     print(f"{'op':16s} {'input MiB':>10s} {'model (x input)':>36s} {'model MiB':>10s} "

@@ -95,11 +95,12 @@ def worker(options):
     import torch
     import utils
     from commbench.comm import teardown
+    from commbench.settings import Settings
     from commbench.sizes import allocate
     from commbench.timing import time_op
 
-    args = utils.benchmark_parser().parse_args(["--dist", options.dist, "--device", "cpu",
-                                                "--warmups", "3"] + _backend_flag(options))
+    args = Settings.of(utils.benchmark_parser().parse_args(
+        ["--dist", options.dist, "--device", "cpu", "--warmups", "3"] + _backend_flag(options)))
     comm = utils.init_processes(None, args)
     ops = [op for op in options.ops if comm.world_size >= utils.collective(op).min_world_size]
     for op in ops:
@@ -114,16 +115,15 @@ def worker(options):
             probe = time_bare(op, input, output, 1, 3, comm)
             count = torch.tensor([max(5, min(1000, int(options.seconds / max(probe, 1e-7))))])
             torch.distributed.broadcast(count, 0)
-            args.trials = int(count.item())
+            args = args.but(trials=int(count.item()))
             suite, bare, per_trial = [], [], []
-            marked = argparse.Namespace(**{**vars(args), "per_trial": True})
+            marked = args.but(per_trial=True)
             for pair in range(options.pairs):
                 # A P B, then B P A: neither side always runs first (caches, clocks, neighbours).
                 for side in ("suite", "per_trial", "bare")[::1 if pair % 2 == 0 else -1]:
                     if side == "suite":
                         suite.append(time_op(call, args, comm).mean)
                     elif side == "per_trial":
-                        marked.trials = args.trials
                         per_trial.append(time_op(call, marked, comm).mean)
                     else:
                         bare.append(time_bare(op, input, output, args.warmups, args.trials, comm))

@@ -78,7 +78,7 @@ def count_wrong(collective, call, input, output, args, comm):
     """Run the op once on known input and count this rank's wrong result elements."""
     if collective.check is not None:
         return collective.check(comm, call, args) + (_injected(collective, comm, 0) is not None)
-    values = check_values(collective, input.dtype, comm.world_size, getattr(args, "op", "sum"))
+    values = check_values(collective, input.dtype, comm.world_size, args.op)
     result = _known_input(values, input, output, comm)
     comm.sync_all()
     _once(call, args, comm)
@@ -102,7 +102,7 @@ def check_every(collective, call, input, output, args, comm, count):
     and its result checked, so that corruption that comes and goes is caught in the trial it
     happens. The ranks are in step at the start only, as in the unchecked window."""
     values = None if collective.check is not None else \
-        check_values(collective, input.dtype, comm.world_size, getattr(args, "op", "sum"))
+        check_values(collective, input.dtype, comm.world_size, args.op)
     wrong, seconds, first = 0, 0.0, None
     comm.sync_all()
     for trial in range(count):

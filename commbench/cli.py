@@ -11,10 +11,11 @@ import torch
 
 from . import defaults
 from . import groups as grouping, precision, traffic
-from .dtypes import dtype_list, get_dtype
+from .dtypes import dtype_list
 from .errors import PROG, UsageError
 from .flags import Parser, prog
 from .numbers import byte_count, float_in, int_at_least, percentage
+from .settings import settle
 
 
 class _Parser(Parser):
@@ -23,7 +24,7 @@ class _Parser(Parser):
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extra = super().parse_known_args(args, namespace)
-        _settle(self, namespace)
+        settle(namespace, self.error)
         return namespace, extra
 
     def print_help(self, file=None):
@@ -91,58 +92,6 @@ _matrix_file = _argument(lambda text: traffic.read_matrix(text) and text)
 def _dtype_names(text):
     dtype_list(text)  # raises with the reason
     return text
-
-
-def _settle(parser, args):
-    """Checks across flags, and the defaults that depend on other flags. A size range (either
-    form) is a sweep, so it implies --scan."""
-    exponents = args.minsize is not None or args.maxsize is not None
-    in_bytes = any(v is not None for v in (args.min_bytes, args.max_bytes, args.step_factor))
-    if exponents and in_bytes:
-        parser.error("give message sizes as exponents (--minsize/--maxsize) or in bytes "
-                     "(--min-bytes/--max-bytes/--step-factor), not both")
-    if args.minsize is not None:
-        args.scan = True
-    args.minsize = defaults.DEFAULT_MINSIZE if args.minsize is None else args.minsize
-    args.maxsize = defaults.DEFAULT_MAXSIZE if args.maxsize is None else args.maxsize
-    if args.minsize >= args.maxsize:
-        parser.error(f"--minsize {args.minsize} must be below --maxsize {args.maxsize} (the scan "
-                     f"runs n x 2^p elements for p = minsize .. maxsize-1)")
-    if in_bytes:
-        args.scan = True
-        args.min_bytes = args.min_bytes or defaults.DEFAULT_MIN_BYTES
-        args.max_bytes = args.max_bytes or max(defaults.DEFAULT_MAX_BYTES, args.min_bytes)
-        args.step_factor = args.step_factor or defaults.DEFAULT_STEP_FACTOR
-        if args.min_bytes > args.max_bytes:
-            parser.error(f"--min-bytes {args.min_bytes} is above --max-bytes {args.max_bytes}")
-    if args.precision is not None and args.repeat > 1:
-        parser.error("--precision measures each size until its interval is tight enough; "
-                     "--repeat sets a fixed count: give one of them")
-    if args.max_windows is not None and args.precision is None:
-        parser.error("--max-windows caps --precision's windows; give --precision too")
-    if args.precision is not None and args.max_windows is None:
-        args.max_windows = defaults.DEFAULT_MAX_WINDOWS
-    if args.split is not None:
-        args.groups = (args.groups or []) + ["split"]
-    if args.a2a_matrix and args.a2a_skew:
-        parser.error("--a2a-matrix and --a2a-skew both set all_to_allv's splits: give one")
-    if args.check_every:
-        args.check = True  # the Wrong column and the exit status are --check's
-    if args.compute_cpus and not args.overlap:
-        parser.error("--compute-cpus places --overlap's windows; give --overlap too")
-    names = dtype_list(args.dtype)
-    if in_bytes:
-        for name in names or ():
-            size = get_dtype(name).itemsize
-            if args.min_bytes < size:
-                parser.error(f"--min-bytes {args.min_bytes} is below one element of {name} "
-                             f"({size} bytes)")
-    if args.op == "avg":
-        integers = [name for name in names or () if not get_dtype(name).is_floating_point]
-        if integers:
-            parser.error(f"--op avg on an integer dtype ({', '.join(integers)}): an integer "
-                         "average is no reduction every backend has (gloo fails it and breaks "
-                         "the process group); use a floating dtype, or --op sum")
 
 
 def _device_type(text):

@@ -27,6 +27,7 @@ from .guard import deadline, peer_failure
 from .launch import check_master_address, discover_launch_env, master_address, master_port
 from .layer import import_deepspeed, init_error, resolve_device_and_backend, tell_deepspeed_backend
 from .peers import argument_digest, differing_arguments, exchange
+from .settings import Settings
 from .startup import say_startup
 from .table import note
 
@@ -169,8 +170,10 @@ def init_comm(local_rank, args):
     Reuses an already initialised process group (run_all and tests call the ops in turn).
     Its steps: the layer and backend chosen and checked, the group started (rendezvous, under
     a deadline, after DeepSpeed's builds), the ranks' handshake, the layer's collectives, the
-    start-up's note.
+    start-up's note. `args`: the command line, whole in the ranks' digest (a Namespace of any
+    front end's flags, or Settings); the start-up reads its Settings.
     """
+    given, args = args, Settings.of(args)
     launch = discover_launch_env(local_rank_arg=local_rank)
     ds, ds_dist, ds_accelerator, device_type, backend = _choose_layer(args)
     starting = not torch.distributed.is_initialized()
@@ -178,7 +181,7 @@ def init_comm(local_rank, args):
     ccl = oneccl.environment(args.dist) if backend == "ccl" else None
     if ccl is not None:
         shm.expect_ccl_endpoints()
-    pinned = pin(launch.local_rank) if starting and getattr(args, "pin", False) else None
+    pinned = pin(launch.local_rank) if starting and args.pin else None
     if starting and launch.local_rank == 0 and device_type == "cpu":
         shm.remove_leftovers()
     device = _select_device(device_type, launch.local_rank, ds_accelerator)
@@ -187,7 +190,7 @@ def init_comm(local_rank, args):
         building, since = _start_group(args, launch, backend, device, ds)
         up = time.monotonic() - begun
     rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    peers = _handshake(args, backend, starting, rank, world_size, device)
+    peers = _handshake(given, args.timeout, backend, starting, rank, world_size, device)
     first_collective = time.monotonic() - begun
     if starting and ds is not None:
         shm.unlink_deepspeed_buffer(rank)
@@ -196,7 +199,7 @@ def init_comm(local_rank, args):
     hostnames = [host for host, _ in peers]
     differing = [r for r, (_, digest) in enumerate(peers) if digest != peers[0][1]]
     if differing:
-        raise differing_arguments(args, differing[0], _torch_one_tensor_api(world_size)[0],
+        raise differing_arguments(given, differing[0], _torch_one_tensor_api(world_size)[0],
                                   world_size, device)
     dist_module, gather, scatter, one_tensor = _collectives(ds_dist, world_size)
     comm = Comm(dist=dist_module, name=args.dist, backend=backend, device=device, rank=rank,
@@ -204,12 +207,12 @@ def init_comm(local_rank, args):
                 local_world_size=hostnames.count(socket.gethostname()), all_gather=gather,
                 reduce_scatter=scatter, one_tensor_all_gather=one_tensor, hostnames=hostnames,
                 accelerator=ds_accelerator, global_rank=rank, ccl=ccl,
-                reduce_args=reduce_args(dist_module, getattr(args, "op", "sum")))
+                reduce_args=reduce_args(dist_module, args.op))
     if starting:  # once per run, not again for each op or utils.max_numel call that reuses it
         say_startup(comm, args, launch, [up, first_collective], pinned)
-    if getattr(args, "groups", None):
+    if args.groups:
         comm.layouts = _make_layouts(comm, args.groups, dist_module, gather, scatter, one_tensor,
-                                     getattr(args, "split", None))
+                                     args.split)
     return comm
 
 
@@ -223,7 +226,7 @@ def _choose_layer(args):
     check_dtype_for_backend(args, backend)
     if ds_accelerator is not None:
         tell_deepspeed_backend(ds_accelerator, backend)
-    if backend == "ccl" and getattr(args, "op", "sum") == "avg":
+    if backend == "ccl" and args.op == "avg":
         # The bindings map sum, product, min and max to oneCCL's reductions; AVG fails inside
         # the op with an exception of the map's, not a message.
         raise UsageError("--op avg: the ccl backend has no average (oneCCL's torch bindings "
@@ -273,11 +276,11 @@ def _start_group(args, launch, backend, device, ds):
     return building, since
 
 
-def _handshake(args, backend, starting, rank, world_size, device):
+def _handshake(args, timeout, backend, starting, rank, world_size, device):
     """Every rank's (host name, digest of its arguments), in rank order: the first collective,
     under --timeout."""
-    with deadline(args.timeout, f"rank {rank}: the ranks did not all answer within "
-                                f"{args.timeout:g} s after start-up; a peer rank died or is stuck"):
+    with deadline(timeout, f"rank {rank}: the ranks did not all answer within "
+                           f"{timeout:g} s after start-up; a peer rank died or is stuck"):
         try:
             with oneccl.c_stdout_on_stderr(backend == "ccl" and starting):
                 return exchange((socket.gethostname(), argument_digest(args)),

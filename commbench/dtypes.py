@@ -65,7 +65,7 @@ def dtypes_for(args, backend):
     if names is None:
         names = [name for name in ALL_DTYPES
                  if get_dtype(name) in BACKEND_DTYPES.get(backend, PAYLOAD_DTYPES)]
-        if getattr(args, "op", "sum") == "avg":
+        if args.op == "avg":
             names = [name for name in names if get_dtype(name).is_floating_point]
     return names
 

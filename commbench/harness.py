@@ -3,7 +3,6 @@ records a size), the tables of a run's dtypes and layouts; the run's start (proc
 results file) and end. The entry point every script hands its run function to is entry.py's
 `cli` (here too, as the op scripts call it)."""
 
-import argparse
 import os
 import time
 
@@ -20,6 +19,7 @@ from .onesize import add_record, time_window, timed_collective  # noqa: F401 (th
 from .progress import open_progress
 from .sizes import allocate, cap_sweep, plan_single_size, refuse_past_ceiling, sweep_numels
 from .table import extra_columns, note, print_header, print_row
+from .settings import Settings
 from . import groups as grouping, precision, provenance, whereabouts
 
 
@@ -28,10 +28,11 @@ def init_processes(local_rank, args, ops=None):
     asks for one (only rank 0's counts: a multi-node launch may name it on one line alone).
     `ops` names the ops this run will measure, for the results file."""
     comm = init_comm(local_rank, args)
+    args = Settings.of(args)
     comm.results = open_results(args, comm, lambda: run_meta(args, comm, ops or []))
     comm.whereabouts = whereabouts.start(comm)
     comm.budget = precision.Budget(args.time_budget, ops or []) \
-        if getattr(args, "precision", None) is not None else None
+        if args.precision is not None else None
     return comm
 
 
@@ -40,6 +41,7 @@ def open_results(args, comm, make_meta):
     commbench.outputs), the meta record make_meta() first, before anything is measured; every
     rank learns whether that worked, so that none goes on to measure alone. Rank 0's writer, or
     None."""
+    args = Settings.of(args)
     writer, failure = None, None
     if comm.global_rank == 0:
         from . import outputs  # only runs that write one pay for it
@@ -54,36 +56,37 @@ def open_results(args, comm, make_meta):
 
 def run_meta(args, comm, ops):
     """The meta record of a results file: what was run, where, with what."""
+    args = Settings.of(args)
     return {
         "ops": list(ops), "dist": comm.name, "backend": comm.backend, "device": comm.device.type,
         "master_addr": os.environ.get("MASTER_ADDR"), "master_port": os.environ.get("MASTER_PORT"),
         "dtype": args.dtype, "dtypes": dtypes_for(args, comm.backend),
-        "reduce_op": getattr(args, "op", "sum"), "world_size": len(comm.hostnames),
+        "reduce_op": args.op, "world_size": len(comm.hostnames),
         "hostnames": comm.hostnames,
         # --groups: the layouts run, each as its groups' global ranks
         "groups": {kind: layout.groups for kind, layout in comm.layouts.items()
-                   if kind in (getattr(args, "groups", None) or [])} or None,
+                   if kind in (args.groups or [])} or None,
         "versions": provenance.versions(), "trials": args.trials, "warmups": args.warmups,
         "async_op": args.async_op, "scan": args.scan, "maxsize": args.maxsize,
-        "minsize": getattr(args, "minsize", 1), "min_bytes": getattr(args, "min_bytes", None),
-        "max_bytes": getattr(args, "max_bytes", None),
-        "step_factor": getattr(args, "step_factor", None),
+        "minsize": args.minsize, "min_bytes": args.min_bytes,
+        "max_bytes": args.max_bytes,
+        "step_factor": args.step_factor,
         "mem_factor": args.mem_factor, "bw_unit": args.bw_unit, "check": args.check,
-        "check_every": getattr(args, "check_every", False),
+        "check_every": args.check_every,
         "time_budget": args.time_budget,
-        "stats": args.stats, "per_trial": getattr(args, "per_trial", False),
-        "repeat": getattr(args, "repeat", 1), "pin": getattr(args, "pin", False),
-        "precision": getattr(args, "precision", None),
-        "max_windows": getattr(args, "max_windows", None),
-        "overlap": getattr(args, "overlap", False),
+        "stats": args.stats, "per_trial": args.per_trial,
+        "repeat": args.repeat, "pin": args.pin,
+        "precision": args.precision,
+        "max_windows": args.max_windows,
+        "overlap": args.overlap,
         # docs/traffic.md: --split N:rule, all_to_allv's splits, pt2pt's pairs
-        "split": list(args.split) if getattr(args, "split", None) else None,
-        "a2a_matrix": getattr(args, "a2a_matrix", None),
-        "a2a_skew": ":".join(map(str, args.a2a_skew)) if getattr(args, "a2a_skew", None) else None,
-        "seed": getattr(args, "seed", 0), "pairs": getattr(args, "pairs", "one"),
-        "bidirectional": getattr(args, "bidirectional", False),
-        "overlap_factor": getattr(args, "overlap_factor", 1.0),
-        "compute_cpus": sorted(getattr(args, "compute_cpus", None) or []) or None,
+        "split": list(args.split) if args.split else None,
+        "a2a_matrix": args.a2a_matrix,
+        "a2a_skew": ":".join(map(str, args.a2a_skew)) if args.a2a_skew else None,
+        "seed": args.seed, "pairs": args.pairs,
+        "bidirectional": args.bidirectional,
+        "overlap_factor": args.overlap_factor,
+        "compute_cpus": sorted(args.compute_cpus or []) or None,
         # backend ccl: oneCCL's settings (env: the value of each, set_by_suite: those the suite
         # defaulted, oneccl_defaults: those left to oneCCL) and versions; None on other backends
         "ccl": comm.ccl,
@@ -110,7 +113,8 @@ def refuse_oversized_sweeps(collectives, args, comm):
     """run_all.py, before its first op: a sweep past its ceiling (sizes.refuse_past_ceiling) is
     refused before anything is measured, not once the ops before it ran. Under --groups or
     --split each op's sizes follow its groups, and each op checks its own (cap_sweep)."""
-    if not args.scan or getattr(args, "groups", None) or getattr(args, "split", None):
+    args = Settings.of(args)
+    if not args.scan or args.groups or args.split:
         return
     for one in runs_per_dtype(args, comm):
         for collective in collectives:
@@ -120,22 +124,25 @@ def refuse_oversized_sweeps(collectives, args, comm):
 
 
 def runs_per_dtype(args, comm):
-    """One copy of `args` per dtype of --dtype (a list, or `all` of what the backend moves),
-    each naming its dtype alone; sizes below one element of any of them are refused first."""
+    """One variant of the settings per dtype of --dtype (a list, or `all` of what the backend
+    moves), each naming its dtype alone; sizes below one element of any of them are refused
+    first."""
+    args = Settings.of(args)
     names = dtypes_for(args, comm.backend)
-    if getattr(args, "min_bytes", None) is not None:
+    if args.min_bytes is not None:
         for name in names:
             size = get_dtype(name).itemsize
             if args.min_bytes < size:
                 raise UsageError(f"--min-bytes {args.min_bytes} is below one element of {name} "
                                  f"({size} bytes)")
-    return [argparse.Namespace(**{**vars(args), "dtype": name}) for name in names]
+    return [args.but(dtype=name) for name in names]
 
 
 def run_collective(collective, args, comm):
     """For each layout of --groups (the world without it) and each dtype of the run, the
     header, then one row per message size: a scan, or the largest size that fits. An op
     without payload (barrier) runs once, whatever the dtypes."""
+    args = Settings.of(args)
     if comm.world_size < collective.min_world_size:
         raise BenchmarkError(f"{collective.name} needs at least {collective.min_world_size} ranks, "
                              f"this world has {comm.world_size}; launch it with e.g. "
@@ -143,20 +150,19 @@ def run_collective(collective, args, comm):
     if collective.specialize is not None:
         collective = collective.specialize(args)
     if collective.qualifier is not None:  # refuses, before measuring, what a group cannot run
-        for kind in getattr(args, "groups", None) or ["world"]:
+        for kind in args.layouts:
             for ranks in (comm.layouts[kind].groups if comm.layouts else [range(comm.world_size)]):
                 collective.qualifier(len(ranks))
     runs = runs_per_dtype(args, comm)
     if collective.rate is not None:
-        for one in runs:
-            one.op_columns = [("Msgs/s", 12)]
+        runs = [one.but(op_columns=(("Msgs/s", 12),)) for one in runs]
     several = len(runs) > 1 and collective.payload
     if comm.budget is not None:
-        layouts = len(getattr(args, "groups", None) or ["world"])
+        layouts = len(args.layouts)
         comm.budget.start_op(collective.name, layouts * (len(runs) if collective.payload else 1))
     records = []
     try:
-        for kind in getattr(args, "groups", None) or ["world"]:
+        for kind in args.layouts:
             if comm.layouts:
                 comm.use_layout(kind)
             for one in runs if collective.payload else runs[:1]:
@@ -181,7 +187,7 @@ def _run_sizes(collective, args, comm, dtype_shown):
         note(comm, plan)
         numels = [numel]
     qualifiers = [f"dtype {dtype_shown}"] if dtype_shown else []
-    if collective.reduces and getattr(args, "op", "sum") != "sum":
+    if collective.reduces and args.op != "sum":
         qualifiers.append(f"op {args.op}")
     if collective.qualifier is not None:
         qualifiers.append(collective.qualifier(comm.world_size))
@@ -197,9 +203,9 @@ def _run_sizes(collective, args, comm, dtype_shown):
     # windows are spread over the op's whole run and drift hits them alike; the rows (and the
     # whole records) come in the last pass, each window's record as it is measured. --precision:
     # passes until each size's interval is tight enough (commbench.precision).
-    adaptive = getattr(args, "precision", None) is not None
+    adaptive = args.adaptive
     schedule = precision.Schedule(args, comm, len(numels), groups) if adaptive else \
-        precision.FixedPasses(getattr(args, "repeat", 1), len(numels))
+        precision.FixedPasses(args.repeat, len(numels))
     records, windows = [], {numel: [] for numel in numels}
     element_size = get_dtype(args.dtype).itemsize
     bar = open_progress(comm, collective.name, [numel * element_size for numel in numels],
@@ -226,7 +232,7 @@ def _run_sizes(collective, args, comm, dtype_shown):
 def _measure_passes(collective, args, comm, numels, schedule, windows, records, bar):
     """The windows of every pass over the sizes (records: the rows' records, appended; windows:
     each size's earlier windows); the sizes left, fewer when an allocation failed."""
-    adaptive = getattr(args, "precision", None) is not None
+    adaptive = args.adaptive
     groups = comm.group_layout[1]
     for number, positions, last in schedule.passes():
         for position in positions:
@@ -325,9 +331,9 @@ def run_op(collective, local_rank, args, comm=None):
     """What `run_<op>(local_rank, args)` does: run one op in the given Comm, or in one of its
     own (then the run ends here: results closed, --check failures raised)."""
     if comm is not None:
-        return run_collective(collective, args, comm)
+        return run_collective(collective, Settings.of(args), comm)
     comm = init_processes(local_rank, args, ops=[collective.name])
-    records = run_collective(collective, args, comm)
+    records = run_collective(collective, Settings.of(args), comm)
     finish(comm)
     return records
 

@@ -32,9 +32,9 @@ def timed_collective(collective, input, output, args, comm, meter=None, earlier=
     windows = list(earlier or []) + ([timing] if counted or not earlier else [])
     mean, low, high = interval([w.mean for w in windows], [w.count for w in windows])
     hidden = _overlap(collective, input, output, timing.count, args, comm) \
-        if getattr(args, "overlap", False) else None
+        if args.overlap else None
     checked = None
-    if getattr(args, "check_every", False):
+    if args.check_every:
         checked = check_every(collective, call, input, output, args, comm, timing.count)
         wrong = checked.wrong
     else:
@@ -59,7 +59,7 @@ def timed_collective(collective, input, output, args, comm, meter=None, earlier=
         if timing.arrivals is not None else None
     # (--precision: many windows, where an outlier is expected now and then and the interval
     # already carries it)
-    if len(windows) > 1 and getattr(args, "precision", None) is None:
+    if len(windows) > 1 and args.precision is None:
         odd = odd_window([w.mean for w in windows])
         if odd:
             note(comm, f"WARNING: {collective.name} at {input.element_size() * input.nelement()} "
@@ -121,8 +121,8 @@ def _group_result(collective, input, args, comm, per_rank, ranks, repeat):
               "memory_used_per_rank_bytes": [None if figures["memory"] < 0 else
                                              int(figures["memory"]) for figures in per_rank]}
     if collective.reduces:
-        record["reduce_op"] = getattr(args, "op", "sum")
-    target = getattr(args, "precision", None)
+        record["reduce_op"] = args.op
+    target = args.precision
     extra = []
     if collective.rate is not None:
         rate = collective.rate(comm.world_size, numel, input.element_size(), mean)
@@ -200,11 +200,11 @@ def _overlap(collective, input, output, count, args, comm):
     """--overlap's three windows for this size (commbench.overlap), with the op issued
     asynchronously whatever --async-op says; the compute phase is calibrated once per run."""
     if comm.compute is None:
-        comm.compute = overlap.Compute(comm, getattr(args, "compute_cpus", None))
+        comm.compute = overlap.Compute(comm, args.compute_cpus)
         note(comm, comm.compute.describe())
     call = collective.bind(comm, input, output, True)
     return overlap.measure(call, count, comm, comm.compute, functools.partial(window, comm=comm),
-                           getattr(args, "overlap_factor", 1.0))
+                           args.overlap_factor)
 
 
 def time_window(collective, input, output, args, comm, index, warmup=False):
@@ -215,7 +215,7 @@ def time_window(collective, input, output, args, comm, index, warmup=False):
     timing = time_op(collective.bind(comm, input, output, args.async_op), args, comm)
     everyone = comm.gather_figures([timing.mean, timing.count])
     kind, groups, _ = comm.group_layout
-    target = getattr(args, "precision", None)
+    target = args.precision
     for number, ranks in enumerate(groups):
         mean, count = everyone[ranks[0]]
         record = {**_size_record(collective, input, comm, mean), "window": index,

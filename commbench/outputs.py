@@ -9,11 +9,11 @@ unwritable results file does. A database write that fails later is a warning and
 without it.
 """
 
-import argparse
 import os
 import sys
 
 from .errors import PROG, BenchmarkError
+from .settings import Settings
 
 # The results database when no --db says one (read here, so that a run without a database
 # never imports SQLAlchemy: --dist torch runs with torch alone).
@@ -22,12 +22,12 @@ ENVIRONMENT = "COMMBENCH_DB"
 
 def database(args):
     """--db, else COMMBENCH_DB, else None."""
-    return getattr(args, "db", None) or os.environ.get(ENVIRONMENT) or None
+    return Settings.of(args).db or os.environ.get(ENVIRONMENT) or None
 
 
 def wanted(args):
-    return bool(getattr(args, "output", None) or database(args)
-                or getattr(args, "prometheus", None))
+    args = Settings.of(args)
+    return bool(args.output or database(args) or args.prometheus)
 
 
 def _warn(text):
@@ -91,12 +91,13 @@ class Outputs:
 def open_outputs(args, make_meta, note):
     """Rank 0's Outputs for this run (None when it writes nothing); raises BenchmarkError when
     the run must not start (the results file cannot be written, the database refuses it)."""
+    args = Settings.of(args)
     if not wanted(args):
         return None
     from . import results
     meta = make_meta()
     outputs = Outputs()
-    if getattr(args, "output", None):
+    if args.output:
         path = results.free_path(args.output, args.overwrite)
         outputs.file = results.open_writer(path, meta)
         if path != args.output:
@@ -112,14 +113,14 @@ def open_outputs(args, make_meta, note):
         else:
             from sqlalchemy.exc import SQLAlchemyError
             try:
-                outputs.db = RunWriter(store, meta, tag=getattr(args, "tag", None))
+                outputs.db = RunWriter(store, meta, tag=args.tag)
             except SQLAlchemyError as error:
                 store.close()
                 from .db.store import _first_line
                 raise BenchmarkError(f"--db {store.where}: {_first_line(error)}") from None
-    if getattr(args, "prometheus", None):
+    if args.prometheus:
         from .prometheus import PrometheusFile
-        outputs.prometheus = PrometheusFile(args.prometheus, meta, getattr(args, "tag", None))
+        outputs.prometheus = PrometheusFile(args.prometheus, meta, args.tag)
     return outputs
 
 
@@ -153,11 +154,10 @@ def beside(own, args, comm, make_meta):
     """`own` (rank 0's writer of a command with its own results file, or None) with --db and
     --prometheus beside it when asked: rank 0 opens them, every rank learns whether it could
     (a database that refuses the run stops it before anything is measured)."""
-    extras, failure = None, None
-    if comm.global_rank == 0 and (database(args) or getattr(args, "prometheus", None)):
-        quiet = argparse.Namespace(**{**vars(args), "output": None})  # the file is `own`
-        try:
-            extras = open_outputs(quiet, make_meta, lambda text: None)
+    args, extras, failure = Settings.of(args), None, None
+    if comm.global_rank == 0 and (database(args) or args.prometheus):
+        try:  # the file is `own`
+            extras = open_outputs(args.but(output=None), make_meta, lambda text: None)
         except BenchmarkError as error:
             failure = str(error)
     if comm.any_rank(failure is not None):

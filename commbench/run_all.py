@@ -3,20 +3,23 @@ by their flags, every registered one with --all, else the original six (defaults
 An op registered there is found in its module commbench/ops/<op>.py."""
 
 from . import defaults, harness, ops as registry
+from .settings import Settings
 from .table import note
 
 
 def selected_ops(args):
     """The ops named on the command line, in defaults.OPS order (--all: every one)."""
-    return [op for op in defaults.OPS if getattr(args, op) or getattr(args, "all", False)]
+    args = Settings.of(args)
+    return [op for op in defaults.OPS if op in args.ops or args.all]
 
 
 def main(args, rank):
     chosen = selected_ops(args)
-    named = chosen and not args.all
     ops = chosen or list(defaults.DEFAULT_OPS)
     collectives = [registry.descriptor(op) for op in ops]
-    comm = harness.init_processes(rank, args, ops=ops)
+    comm = harness.init_processes(rank, args, ops=ops)  # the command line's digest: every flag
+    args = Settings.of(args)
+    named = chosen and not args.all
     harness.refuse_oversized_sweeps(collectives, args, comm)
     for collective in collectives:
         if not named and comm.world_size < collective.min_world_size:

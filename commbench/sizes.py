@@ -36,8 +36,8 @@ def sweep_numels(collective, args, world_size):
     payload (barrier) has one size, none."""
     if not collective.payload:
         return [0]
-    if getattr(args, "min_bytes", None) is None:
-        return scan_numels(world_size, args.maxsize, getattr(args, "minsize", 1))
+    if args.min_bytes is None:
+        return scan_numels(world_size, args.maxsize, args.minsize)
     element_size = get_dtype(args.dtype).itemsize
     numels, size = [], args.min_bytes
     while size <= args.max_bytes:
@@ -50,7 +50,7 @@ def sweep_numels(collective, args, world_size):
 
 def _sweep_flag(args):
     """The flag that set the largest size of a sweep, as the user gave it."""
-    if getattr(args, "min_bytes", None) is not None:
+    if args.min_bytes is not None:
         return f"--max-bytes {args.max_bytes}"
     return f"--maxsize {args.maxsize}"
 
@@ -156,7 +156,7 @@ def memory_factor(collective, args, comm):
 
 def _largest_within(collective, args, comm, ceiling, element_size):
     """The flag value of the largest sweep whose messages stay within `ceiling` bytes."""
-    if getattr(args, "min_bytes", None) is not None:
+    if args.min_bytes is not None:
         return f"--max-bytes {ceiling}"
     n, maxsize = comm.world_size, args.maxsize
     while maxsize > defaults.MIN_MAXSIZE and n * 2 ** (maxsize - 1) * element_size > ceiling:
@@ -243,7 +243,7 @@ def _size_flag(args):
     """The flag that sets the size of this run's largest message."""
     if not args.scan:
         return "--mem-factor"
-    return "--max-bytes" if getattr(args, "min_bytes", None) is not None else "--maxsize"
+    return "--max-bytes" if args.min_bytes is not None else "--maxsize"
 
 
 def allocate(collective, numel, args, comm):

@@ -85,21 +85,21 @@ def extra_columns(args):
     interval (--precision's, and its window count), --stats figures, --overlap's, then
     --check's Wrong."""
     unit = " (us)" if args.raw else ""
-    adaptive = getattr(args, "precision", None) is not None
-    columns = list(getattr(args, "op_columns", ()))  # the op's own (pt2pt's pairs: Msgs/s)
+    adaptive = args.precision is not None
+    columns = list(args.op_columns)  # the op's own (pt2pt's pairs: Msgs/s)
     if args.time_budget and not adaptive:
         columns.append(("Trials", 10))
-    if getattr(args, "repeat", 1) > 1 or adaptive:
+    if args.repeat > 1 or adaptive:
         columns.append(("±95% CI", 10))
     if adaptive:
         columns.append(("Windows", 10))
     if args.stats:
         # Slowest: the straggler's rank, or rank@host when the run spans hosts
         columns += [(f"Median{unit}", 20), (f"P99{unit}", 20), ("Slowest", 20)]
-    if getattr(args, "overlap", False):
+    if args.overlap:
         columns += [(f"Comm{unit}", 20), (f"Compute{unit}", 20), (f"Overlapped{unit}", 20),
                     ("Overlap %", 10)]
-    if getattr(args, "check_every", False):
+    if args.check_every:
         # --check-every: a trial of the checked window (Duration stays the unchecked one's)
         columns.append((f"Checked{unit}", 20))
     if args.check:

@@ -147,9 +147,9 @@ def trial_count(args, comm, pace):
     """--trials, or with --time-budget the count that fills the budget at `pace` seconds a
     trial (at least 5, at most --trials). Rank 0 decides and every rank uses its number: ranks
     that disagreed on a loop count would leave one waiting in a collective forever."""
-    if args.time_budget is None or getattr(args, "precision", None) is not None:
+    if args.time_budget is None or args.precision is not None:
         return args.trials  # --precision: the budget is the run's, and windows are --trials long
-    budget = args.time_budget / getattr(args, "repeat", 1)  # the budget covers every window
+    budget = args.time_budget / args.repeat  # the budget covers every window
     wanted = budget / pace if pace > 0 else args.trials
     count = torch.tensor([max(MIN_BUDGET_TRIALS, min(args.trials, int(wanted)))],
                          dtype=torch.int64, device=comm.device)
@@ -179,7 +179,7 @@ def time_op(call, args, comm):
         where.at("warmups")
     comm.sync_all()
     pace = 0.0
-    if args.time_budget is not None and getattr(args, "precision", None) is None:
+    if args.time_budget is not None and args.precision is None:
         # it needs a pace even without warmups: one call then
         pace = _paced_warmups(call, args.warmups or 1, args.async_op, comm)
     else:
@@ -188,7 +188,7 @@ def time_op(call, args, comm):
         where.at("trials")  # before the barrier: the store's round trip does not skew the start
     comm.sync_all()
     count = trial_count(args, comm, pace)
-    per_trial = getattr(args, "per_trial", False)
+    per_trial = args.per_trial
     marked = args.stats or per_trial
     marks = (_EventMarks if comm.on_accelerator else _HostMarks)(2 * count + 1 if marked else 2,
                                                                  comm)

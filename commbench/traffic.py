@@ -89,9 +89,9 @@ class Traffic:
 
     @classmethod
     def from_args(cls, args):
-        path = getattr(args, "a2a_matrix", None)
+        path = args.a2a_matrix
         matrix = read_matrix(path) if path else None  # cli checked it: read again, same result
-        return cls(matrix, path, getattr(args, "a2a_skew", None), getattr(args, "seed", 0))
+        return cls(matrix, path, args.a2a_skew, args.seed)
 
     def describe(self):
         if self.file is not None:

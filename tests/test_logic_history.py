@@ -3,6 +3,7 @@ and its migration, a run written and read back, import of results files written 
 change points on series made up here, the Prometheus file parsed back by prometheus_client's own
 parser. Real SQLite files in a temporary folder; no ranks."""
 
+import argparse
 import json
 import math
 import re
@@ -15,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from commbench import outputs, results
 from commbench.db import history, schema, store as stores
+from commbench.settings import Settings
 from commbench.prometheus import PrometheusFile
 from commbench.report import history as report_history
 
@@ -134,12 +136,10 @@ def test_urls_map_to_their_drivers(tmp_path):
 
 
 def test_the_database_comes_from_the_environment(monkeypatch):
-    class Args:
-        db = None
     monkeypatch.setenv("COMMBENCH_DB", "/tmp/x.db")
-    assert outputs.database(Args()) == "/tmp/x.db"
-    Args.db = "/tmp/y.db"
-    assert outputs.database(Args()) == "/tmp/y.db"
+    assert outputs.database(Settings()) == "/tmp/x.db"
+    assert outputs.database(Settings(db="/tmp/y.db")) == "/tmp/y.db"
+    assert outputs.database(argparse.Namespace(db="/tmp/z.db")) == "/tmp/z.db"
 
 
 # --------------------------------------------------------------------------- change points

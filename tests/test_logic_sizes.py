@@ -1,7 +1,7 @@
 """Sizes, validators and the table in-process: numbers.py's flag validators, sizes.py's scan and
 byte-sweep plans, SPEC §4's rounding and the memory footprint of one size, and table.py's
 header, columns and rows read back by the tests' own table parser. No ranks: a world is a
-SimpleNamespace with the fields these functions read."""
+SimpleNamespace with the fields these functions read, the command line a Settings."""
 
 import argparse
 import importlib
@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from commbench import collective, defaults, numbers, sizes, table
+from commbench.settings import Settings
 from commbench.check import CHECK_RESERVE
 from support import parse_tables
 
@@ -102,8 +103,8 @@ def test_message_numel_rounds_to_what_the_op_can_move(op, size, element, n, nume
 
 
 def sweep_args(**extra):
-    return SimpleNamespace(**{"min_bytes": 8, "max_bytes": 64, "step_factor": 2, "dtype": "float",
-                              "maxsize": 4, "minsize": 1, **extra})
+    return Settings(**{"min_bytes": 8, "max_bytes": 64, "step_factor": 2, "dtype": "float",
+                       "maxsize": 4, "minsize": 1, **extra})
 
 
 def test_byte_sweep_steps_by_the_factor_and_measures_each_rounded_size_once():
@@ -144,8 +145,7 @@ def world(n=4, accelerator=False):
 
 
 def plan_args(**extra):
-    return SimpleNamespace(**{"check": False, "async_op": False, "trials": 50, "warmups": 5,
-                              **extra})
+    return Settings(**{"check": False, "async_op": False, "trials": 50, "warmups": 5, **extra})
 
 
 def test_footprint_counts_input_output_and_gloos_staging_copy():
@@ -178,8 +178,7 @@ def test_a_sweeps_ceiling_is_the_memory_at_the_runs_first_sweep(monkeypatch):
     memory = iter([(600 << 20, "cgroup"), (300 << 20, "cgroup")])
     monkeypatch.setattr(sizes, "per_rank_memory", lambda comm: next(memory))
     comm = SimpleNamespace(world_size=2, sweep_memory=None, one_tensor_all_gather=False)
-    args = SimpleNamespace(dtype="float", mem_factor=1.0, maxsize=27, min_bytes=None,
-                           scan=True)
+    args = Settings(dtype="float", mem_factor=1.0, maxsize=27, min_bytes=None, scan=True)
     numels = [2 ** 27]  # 512 MiB a rank: within 600 MiB, past 300
     sizes.refuse_past_ceiling(descriptor("all_gather"), numels, args, comm)
     sizes.refuse_past_ceiling(descriptor("reduce_scatter"), numels, args, comm)
@@ -192,8 +191,8 @@ def test_a_sweeps_ceiling_is_the_memory_at_the_runs_first_sweep(monkeypatch):
 # --------------------------------------------------------------------------- the table
 
 def table_args(**extra):
-    return SimpleNamespace(**{"raw": False, "bw_unit": "Gbps", "time_budget": None, "stats": False,
-                              "check": False, **extra})
+    return Settings(**{"raw": False, "bw_unit": "Gbps", "time_budget": None, "stats": False,
+                       "check": False, **extra})
 
 
 @pytest.mark.parametrize("size,text", [(1 << 50, "1.0 PB"), (2 * 1024 ** 8, "2.0 YB"),

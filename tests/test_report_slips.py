@@ -7,11 +7,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from commbench import table
+from commbench.settings import Settings
 from commbench.report import compare, html
 from support import ROOT, launch
 
@@ -130,7 +130,7 @@ def test_the_original_table_keeps_its_rules_and_a_wider_one_spans_its_columns(ru
 @pytest.mark.fast
 @pytest.mark.parametrize("qualifiers", [(), ("dtype bfloat16",), ("dtype bfloat16", "op max")])
 def test_a_title_with_qualifiers_grows_no_longer_than_the_originals(qualifiers):
-    args = SimpleNamespace(raw=False, bw_unit="Gbps", time_budget=None, stats=False, check=False)
+    args = Settings(raw=False, bw_unit="Gbps", time_budget=None, stats=False, check=False)
     _, title, _, rule = table.header_text(args, "all_reduce", 2, qualifiers).splitlines()
     assert len(title) == len(ORIGINAL_TITLE) and rule == "-" * 100
     assert title.startswith(ORIGINAL_TITLE.rstrip("-")[:-1] + "".join(f", {q}" for q in qualifiers)

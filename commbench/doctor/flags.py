@@ -107,8 +107,6 @@ def _measuring_flags(p):
 
 def parse(argv=None):
     args = parser().parse_args(argv)
-    # What the suite's start-up reads of an op script's flags, fixed for the doctor.
-    args.dtype, args.op, args.pin, args.groups = "float32", "sum", False, None
     args.topology_of = (topology.parse(args.topology) if args.topology not in (None, "none")
                         else None)
     if args.output:

@@ -87,7 +87,7 @@ def specialize(args):
     """The descriptor of --pairs and --bidirectional: Throughput is every pair's bytes a second
     together (both directions counted), BusBW one pair's, and the table gains the message rate
     (messages of every pair a second, as osu_mbw_mr)."""
-    mode, both = getattr(args, "pairs", "one"), getattr(args, "bidirectional", False)
+    mode, both = args.pairs, args.bidirectional
     if mode == "one" and not both:
         return PT2PT
     directions = 2 if both else 1

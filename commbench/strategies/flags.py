@@ -93,13 +93,12 @@ def parser():
 
 
 def comm_args(args):
-    """The Namespace init_comm reads: torch.distributed, this run's device, backend, dtype.
-    On CPU the backend is gloo unless asked (not the op scripts' detection of ccl):
-    see check_backend."""
+    """The command line init_comm starts from: torch.distributed, this run's device, backend,
+    dtype (the op scripts' other settings at their defaults). On CPU the backend is gloo unless
+    asked (not the op scripts' detection of ccl): see check_backend."""
     on_cpu = args.device == "cpu" or (args.device is None and not torch.cuda.is_available())
     backend = args.backend or ("gloo" if on_cpu else None)
-    return argparse.Namespace(**{**vars(args), "backend": backend}, dist="torch", pin=False,
-                              groups=None, op="sum")
+    return argparse.Namespace(**{**vars(args), "backend": backend}, dist="torch")
 
 
 def check_backend(args, backend):

@@ -6,7 +6,6 @@ outputs are compared. Rank 0 prints the tables and writes --output.
 Every bad trace is found before the process group starts, alike on every rank: one line, exit
 2, no rank left waiting for another."""
 
-import argparse
 import json
 import os
 import statistics
@@ -129,10 +128,6 @@ def dry_run(args):
 
 # --------------------------------------------------------------------------------- the run
 
-def comm_args(args):
-    return argparse.Namespace(**vars(args), pin=False, groups=None, op="sum", dtype="float32")
-
-
 def check_world(trace, args):
     launch = discover_launch_env(local_rank_arg=args.local_rank)
     if launch.world_size != trace.world_size:
@@ -235,7 +230,7 @@ def run(args):
                             category=FutureWarning)
     trace = load(args)
     check_world(trace, args)
-    comm = init_comm(args.local_rank, comm_args(args))
+    comm = init_comm(args.local_rank, args)
     rank = comm.global_rank
     check_memory(comm, trace)
     for line in describe(trace):

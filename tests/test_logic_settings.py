@@ -1,0 +1,84 @@
+"""The op scripts' settings in-process (commbench/settings.py): one field per flag, the parser's
+defaults, frozen, made from any front end's Namespace, and the checks across flags. No ranks."""
+
+import argparse
+import dataclasses
+
+import pytest
+
+from commbench import defaults
+from commbench.cli import benchmark_parser
+from commbench.errors import UsageError
+from commbench.settings import Settings
+
+pytestmark = pytest.mark.fast
+
+NOT_FLAGS = {"ops", "op_columns"}  # run_all.py's op flags gathered; set per run
+
+
+def parse(*flags):
+    return benchmark_parser().parse_args(list(flags))
+
+
+def test_every_flag_is_a_field_and_every_field_a_flag():
+    dests = set(vars(parse()))
+    names = {f.name for f in dataclasses.fields(Settings)}
+    assert dests - set(defaults.OPS) == names - NOT_FLAGS
+
+
+def test_the_defaults_are_the_parsers_settled_ones():
+    """A front end without a flag gets what the op scripts' command line would have given."""
+    parsed = Settings.of(parse())
+    assert parsed == Settings()
+    assert Settings().maxsize == defaults.DEFAULT_MAXSIZE and Settings().max_windows is None
+
+
+def test_settings_are_frozen_and_a_variant_is_a_new_one():
+    settings = Settings.of(parse("--dtype", "float32,bfloat16"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.dtype = "int8"
+    one = settings.but(dtype="bfloat16")
+    assert (one.dtype, settings.dtype) == ("bfloat16", "float32,bfloat16")
+    assert Settings.of(one) is one
+
+
+def test_a_front_ends_namespace_keeps_its_settings_and_gets_defaults_for_the_rest():
+    doctor = argparse.Namespace(trials=7, timeout=12.5, backend="gloo", hosts=4, plan="screen")
+    settings = Settings.of(doctor)
+    assert (settings.trials, settings.timeout, settings.backend) == (7, 12.5, "gloo")
+    assert (settings.op, settings.groups, settings.pin, settings.dtype) == \
+        ("sum", None, False, defaults.DEFAULT_TYPE)
+    assert not hasattr(settings, "hosts")
+
+
+def test_op_flags_become_ops_in_the_registrys_order():
+    settings = Settings.of(parse("--broadcast", "--all-reduce", "--barrier"))
+    assert settings.ops == ("all_reduce", "broadcast", "barrier")
+    assert Settings.of(parse()).ops == ()
+
+
+def test_derived_defaults_are_settled_at_parse_time():
+    settings = Settings.of(parse("--max-bytes", "1M"))
+    assert (settings.scan, settings.min_bytes, settings.max_bytes, settings.step_factor) == \
+        (True, defaults.DEFAULT_MIN_BYTES, 1 << 20, defaults.DEFAULT_STEP_FACTOR)
+    assert settings.sweeps_bytes
+    settings = Settings.of(parse("--precision", "5%", "--check-every", "--split", "2"))
+    assert settings.adaptive and settings.max_windows == defaults.DEFAULT_MAX_WINDOWS
+    assert settings.check and settings.layouts == ["split"]
+    assert Settings().layouts == ["world"] and not Settings().adaptive
+
+
+@pytest.mark.parametrize("flags,words", [
+    (("--minsize", "3", "--min-bytes", "8"), "exponents"),
+    (("--minsize", "9", "--maxsize", "9"), "must be below --maxsize"),
+    (("--min-bytes", "1M", "--max-bytes", "1K"), "is above --max-bytes"),
+    (("--precision", "5%", "--repeat", "3"), "give one of them"),
+    (("--max-windows", "9",), "give --precision too"),
+    (("--compute-cpus", "0",), "give --overlap too"),
+    (("--min-bytes", "2", "--dtype", "float32"), "below one element of float32"),
+    (("--op", "avg", "--dtype", "float32,int32"), "integer dtype (int32)"),
+])
+def test_checks_across_flags_are_one_usage_line(flags, words):
+    with pytest.raises(UsageError, match=None) as refused:
+        parse(*flags)
+    assert words in str(refused.value) and "\n" not in str(refused.value)
