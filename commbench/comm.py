@@ -13,7 +13,7 @@ import os
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Callable
 
@@ -32,10 +32,33 @@ from .startup import say_startup
 from .table import note
 
 
-@dataclass
+@dataclass(eq=False)
+class Run:
+    """One run's state beside its communication (`comm.run`): what changes as it runs. Every
+    layout's Comm of the run shares it."""
+
+    results: object = None  # rank 0's results writer (results.py), with --output
+    budget: object = None  # --precision's share of --time-budget (precision.Budget)
+    whereabouts: object = None  # this rank's position in the rendezvous store (whereabouts.py)
+    failures: list = field(default_factory=list)  # --check: "op at size" that had wrong elements
+    # This rank's own reason to stop (its output failed): a BenchmarkError it ends with once the
+    # ranks have agreed to stop (guard.agree_to_go_on).
+    stop: object = None
+    compute: object = None  # --overlap's compute phase (overlap.Compute), made at first use
+    # (bytes, where from) of a rank's memory at the run's first sweep: a sweep's ceiling
+    # (sizes.refuse_past_ceiling) is fixed for the run, so that the ops before one do not move it.
+    sweep_memory: tuple = None
+
+    def stop_on(self, error):
+        if self.stop is None:
+            self.stop = error
+
+
+@dataclass(frozen=True, eq=False)
 class Comm:
     """The communication layer chosen once (torch.distributed or deepspeed.comm) and this
-    rank's place in the world. Handed to every op; never a global."""
+    rank's place in the world. Handed to every op; never a global. It does not change: a layout
+    of --groups is another Comm (in_layout); what a run changes as it goes is its Run (`run`)."""
 
     dist: object  # the module whose calls are measured
     name: str  # "torch" or "deepspeed"
@@ -54,33 +77,23 @@ class Comm:
     # --op as the layer's ReduceOp, for the reducing ops' calls: () for SUM, the calls' default,
     # so that the default call is the original's.
     reduce_args: tuple = ()
-    compute: object = None  # --overlap's compute phase (overlap.Compute), made at first use
-    results: object = None  # rank 0's results writer (results.py), with --output
-    budget: object = None  # --precision's share of --time-budget (precision.Budget)
-    whereabouts: object = None  # this rank's position in the rendezvous store (whereabouts.py)
-    failures: list = field(default_factory=list)  # --check: "op at size" that had wrong elements
-    # This rank's own reason to stop (its output failed): a BenchmarkError it ends with once the
-    # ranks have agreed to stop (guard.agree_to_go_on).
-    stop: object = None
     # --groups: `rank`, `world_size`, `dist`, `all_gather` and `reduce_scatter` are those of
-    # this rank's group in the layout in use (use_layout); the world's rank stays here.
+    # this rank's group in this Comm's layout (in_layout); the world's rank stays here.
     global_rank: int = 0
     layouts: dict = field(default_factory=dict)  # kind -> groups.Layout, made at start-up
     layout: object = None  # the Layout in use; None: the whole world, as without --groups
     # The start-up's cost per rank (seconds from the start of init_comm): the process group up
     # ("process_group_s") and the first collective done ("first_collective_s").
     startup: dict = None
-    # (bytes, where from) of a rank's memory at the run's first sweep: a sweep's ceiling
-    # (sizes.refuse_past_ceiling) is fixed for the run, so that the ops before one do not move it.
-    sweep_memory: tuple = None
+    run: Run = field(default_factory=Run)
 
-    def use_layout(self, kind):
-        """Measure in layout `kind` (one made at start-up) from here on."""
+    def in_layout(self, kind):
+        """This Comm in layout `kind` (one made at start-up; "world": the whole world), sharing
+        its Run."""
         chosen = self.layouts[kind]
-        self.layout = None if kind == "world" else chosen
-        self.dist, self.all_gather, self.reduce_scatter = \
-            chosen.dist, chosen.all_gather, chosen.reduce_scatter
-        self.rank, self.world_size = chosen.ranks.index(self.global_rank), len(chosen.ranks)
+        return replace(self, layout=None if kind == "world" else chosen, dist=chosen.dist,
+                       all_gather=chosen.all_gather, reduce_scatter=chosen.reduce_scatter,
+                       rank=chosen.ranks.index(self.global_rank), world_size=len(chosen.ranks))
 
     @property
     def group_layout(self):
@@ -90,8 +103,8 @@ class Comm:
         return self.layout.kind, self.layout.groups, self.layout.index
 
     def stop_on(self, error):
-        if self.stop is None:
-            self.stop = error
+        """This rank's reason to stop (the run's: guard.agree_to_go_on)."""
+        self.run.stop_on(error)
 
     @property
     def on_accelerator(self):
@@ -209,10 +222,11 @@ def init_comm(local_rank, args):
                 accelerator=ds_accelerator, global_rank=rank, ccl=ccl,
                 reduce_args=reduce_args(dist_module, args.op))
     if starting:  # once per run, not again for each op or utils.max_numel call that reuses it
-        say_startup(comm, args, launch, [up, first_collective], pinned)
+        comm = replace(comm, startup=say_startup(comm, args, launch, [up, first_collective],
+                                                 pinned))
     if args.groups:
-        comm.layouts = _make_layouts(comm, args.groups, dist_module, gather, scatter, one_tensor,
-                                     args.split)
+        comm = replace(comm, layouts=_make_layouts(comm, args.groups, dist_module, gather,
+                                                   scatter, one_tensor, args.split))
     return comm
 
 

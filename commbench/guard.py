@@ -157,17 +157,18 @@ def guard_stop_signals():
 
 def agree_to_go_on(comm):
     """Before each size and at the end: every rank says whether it has a reason of its own to
-    stop (comm.stop), and all stop together if one has: that rank with its own error, the
+    stop (comm.run.stop), and all stop together if one has: that rank with its own error, the
     others pointing to it, or all quietly when the reader closed the output. Without this, a
     rank that stops alone leaves the others to fail in their next collective as if the network
     had failed."""
-    mine = 0 if comm.stop is None else 1 if isinstance(comm.stop, OutputClosed) else 2
+    stop = comm.run.stop
+    mine = 0 if stop is None else 1 if isinstance(stop, OutputClosed) else 2
     codes = [int(figures[0]) for figures in comm.gather_figures([mine])]
     if not any(codes):
         return
     failed = [rank for rank, code in enumerate(codes) if code == 2]  # an error beats a quiet stop
-    if comm.stop is not None:
-        error = comm.stop
+    if stop is not None:
+        error = stop
     elif not failed:
         error = OutputClosed()
     else:

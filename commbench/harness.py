@@ -29,9 +29,9 @@ def init_processes(local_rank, args, ops=None):
     `ops` names the ops this run will measure, for the results file."""
     comm = init_comm(local_rank, args)
     args = Settings.of(args)
-    comm.results = open_results(args, comm, lambda: run_meta(args, comm, ops or []))
-    comm.whereabouts = whereabouts.start(comm)
-    comm.budget = precision.Budget(args.time_budget, ops or []) \
+    comm.run.results = open_results(args, comm, lambda: run_meta(args, comm, ops or []))
+    comm.run.whereabouts = whereabouts.start(comm)
+    comm.run.budget = precision.Budget(args.time_budget, ops or []) \
         if args.precision is not None else None
     return comm
 
@@ -101,12 +101,13 @@ def finish(comm):
     """End of a run: the last agreement on stopping, the results file closed; wrong elements
     found by --check fail the run."""
     agree_to_go_on(comm)
-    if comm.results is not None:
-        comm.results.close()
-        comm.results = None
-    if comm.failures:
-        more = f" (and {len(comm.failures) - 1} more)" if len(comm.failures) > 1 else ""
-        raise BenchmarkError(f"--check found wrong elements: {comm.failures[0]}{more}")
+    run = comm.run
+    if run.results is not None:
+        run.results.close()
+        run.results = None
+    if run.failures:
+        more = f" (and {len(run.failures) - 1} more)" if len(run.failures) > 1 else ""
+        raise BenchmarkError(f"--check found wrong elements: {run.failures[0]}{more}")
 
 
 def refuse_oversized_sweeps(collectives, args, comm):
@@ -157,19 +158,14 @@ def run_collective(collective, args, comm):
     if collective.rate is not None:
         runs = [one.but(op_columns=(("Msgs/s", 12),)) for one in runs]
     several = len(runs) > 1 and collective.payload
-    if comm.budget is not None:
+    if comm.run.budget is not None:
         layouts = len(args.layouts)
-        comm.budget.start_op(collective.name, layouts * (len(runs) if collective.payload else 1))
+        comm.run.budget.start_op(collective.name, layouts * (len(runs) if collective.payload else 1))
     records = []
-    try:
-        for kind in args.layouts:
-            if comm.layouts:
-                comm.use_layout(kind)
-            for one in runs if collective.payload else runs[:1]:
-                records += _run_sizes(collective, one, comm, one.dtype if several else None)
-    finally:
-        if comm.layouts:
-            comm.use_layout("world")
+    for kind in args.layouts:
+        here = comm.in_layout(kind) if comm.layouts else comm
+        for one in runs if collective.payload else runs[:1]:
+            records += _run_sizes(collective, one, here, one.dtype if several else None)
     return records
 
 
@@ -244,8 +240,8 @@ def _measure_passes(collective, args, comm, numels, schedule, windows, records, 
             explain, record_failure = _naming(comm, collective.name)
             with deadline(args.timeout, late, explain, record_failure):
                 try:
-                    if comm.whereabouts is not None:  # inside: a store that hangs is a timeout
-                        comm.whereabouts.size_starts(collective.name,
+                    if comm.run.whereabouts is not None:  # inside: a store that hangs is a timeout
+                        comm.run.whereabouts.size_starts(collective.name,
                                                      numel * get_dtype(args.dtype).itemsize)
                     agree_to_go_on(comm)
                     if bar is not None:
@@ -275,7 +271,7 @@ def _measure_passes(collective, args, comm, numels, schedule, windows, records, 
                 except RuntimeError as error:  # DistError is a RuntimeError: a peer failed
                     line = f"{where} failed: {whereabouts.reason_of(error)}"
                     if explain is not None and peer_failure(error):  # a timeout, ours or a peer's
-                        raise comm.whereabouts.name_on_failure(line, record_failure) from None
+                        raise comm.run.whereabouts.name_on_failure(line, record_failure) from None
                     raise BenchmarkError(line, rank_local=True) from None
                 del buffers
             if bar is not None:
@@ -286,14 +282,15 @@ def _measure_passes(collective, args, comm, numels, schedule, windows, records, 
 def _naming(comm, op):
     """deadline()'s explain and on_expire: the line names who did not come, and rank 0's
     results file keeps it as a failure record."""
-    if comm.whereabouts is None:
+    run = comm.run
+    if run.whereabouts is None:
         return None, None
 
     def record(line):
-        if comm.results is not None:
+        if run.results is not None:
             with RESULTS_LOCK:
-                comm.results.add_failure({"op": op, "reason": "timeout", "message": line})
-    return comm.whereabouts.explain, record
+                run.results.add_failure({"op": op, "reason": "timeout", "message": line})
+    return run.whereabouts.explain, record
 
 
 def _aggregate(collective, args, comm, count, qualifiers, shown):

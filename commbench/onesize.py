@@ -89,7 +89,7 @@ def _each_group(collective, input, args, comm, everyone, trial_figures, repeat):
             where = ""
         if record["wrong"]:
             first = record.get("first_wrong")
-            comm.failures.append(f"{collective.name} at {record['size_bytes']} bytes per rank"
+            comm.run.failures.append(f"{collective.name} at {record['size_bytes']} bytes per rank"
                                  f"{where}: {record['wrong']} wrong element"
                                  f"{'s' if record['wrong'] > 1 else ''}" + (
                                      f" (the first in trial {first['trial']} of "
@@ -199,11 +199,11 @@ def _stats_figures(record, per_rank, ranks, args, comm):
 def _overlap(collective, input, output, count, args, comm):
     """--overlap's three windows for this size (commbench.overlap), with the op issued
     asynchronously whatever --async-op says; the compute phase is calibrated once per run."""
-    if comm.compute is None:
-        comm.compute = overlap.Compute(comm, args.compute_cpus)
-        note(comm, comm.compute.describe())
+    if comm.run.compute is None:
+        comm.run.compute = overlap.Compute(comm, args.compute_cpus)
+        note(comm, comm.run.compute.describe())
     call = collective.bind(comm, input, output, True)
-    return overlap.measure(call, count, comm, comm.compute, functools.partial(window, comm=comm),
+    return overlap.measure(call, count, comm, comm.run.compute, functools.partial(window, comm=comm),
                            args.overlap_factor)
 
 
@@ -245,12 +245,13 @@ def _size_record(collective, input, comm, mean):
 
 
 def add_record(comm, record):
-    if comm.results is None:
+    run = comm.run
+    if run.results is None:
         return
     with RESULTS_LOCK:
         try:
-            comm.results.add(record)
+            run.results.add(record)
         except BenchmarkError as error:  # a full disk: the file ends in its last whole record
-            comm.results.close()
-            comm.results = None
-            comm.stop_on(error)
+            run.results.close()
+            run.results = None
+            run.stop_on(error)

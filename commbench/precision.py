@@ -75,7 +75,7 @@ class Schedule:
     def __init__(self, args, comm, count, groups):
         self.target, self.most = args.precision, args.max_windows
         self.comm, self.count = comm, count
-        self.deadline = comm.budget.table_deadline() if comm.budget is not None else None
+        self.deadline = comm.run.budget.table_deadline() if comm.run.budget is not None else None
         if comm.global_rank != 0:
             self.deadline = None  # rank 0's clock decides
         self.means = [[[] for _ in groups] for _ in range(count)]  # position -> group -> means

@@ -174,9 +174,9 @@ def refuse_past_ceiling(collective, numels, args, comm):
     later (cap_sweep) must agree, whatever the ops before it left in use. Every rank calls this."""
     if not collective.payload or not numels:
         return
-    if comm.sweep_memory is None:
-        comm.sweep_memory = per_rank_memory(comm)
-    memory, source = comm.sweep_memory
+    if comm.run.sweep_memory is None:
+        comm.run.sweep_memory = per_rank_memory(comm)
+    memory, source = comm.run.sweep_memory
     element_size = get_dtype(args.dtype).itemsize
     factor = memory_factor(collective, args, comm)
     ceiling = int(memory * factor)

@@ -12,11 +12,11 @@ from .table import note
 
 
 def say_startup(comm, args, launch, figures, pinned):
-    """The start-up's line (layer, backend, ranks, hosts, launcher, pinning, oneCCL, times) and
-    its figures on comm.startup."""
+    """The start-up's line (layer, backend, ranks, hosts, launcher, pinning, oneCCL, times); its
+    figures, for comm.startup."""
     everyone = comm.gather_figures(figures)
-    comm.startup = {"process_group_s": [f[0] for f in everyone],
-                    "first_collective_s": [f[1] for f in everyone]}
+    startup = {"process_group_s": [f[0] for f in everyone],
+               "first_collective_s": [f[1] for f in everyone]}
     layer = "torch.distributed" if comm.dist is torch.distributed else "deepspeed.comm"
     ccl, hosts, world_size = comm.ccl, comm.hostnames, comm.world_size
     note(comm, f"{args.dist} ({layer}), backend {torch.distributed.get_backend()}, device "
@@ -24,12 +24,13 @@ def say_startup(comm, args, launch, figures, pinned):
                f"{len(set(hosts))} host(s), launcher environment: {launch.launcher}" +
                (f"; each rank pinned to one CPU (rank 0: CPU {pinned})" if pinned is not None
                 else "") + (f"; {oneccl.describe(ccl)}" if ccl is not None else "") +
-               f"; {describe_startup(comm.startup)}")
+               f"; {describe_startup(startup)}")
     cpus = os.cpu_count() or 1
     if ccl is not None and comm.local_world_size > cpus:
         note(comm, f"WARNING: {comm.local_world_size} ranks on a host of {cpus} CPUs: oneCCL's "
                    "ranks poll for each other, so a small message takes as long as the "
                    "scheduler takes to give every rank a CPU (milliseconds)")
+    return startup
 
 
 def describe_startup(startup):

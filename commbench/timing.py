@@ -14,6 +14,7 @@ import torch
 import torch.distributed
 
 from .numbers import t975
+from . import whereabouts
 
 
 class _HostMarks:
@@ -174,7 +175,7 @@ def _paced_warmups(call, count, async_op, comm):
 
 def time_op(call, args, comm):
     """Time the trials on this rank (trial_count of them), after `args.warmups` untimed ones."""
-    where = getattr(comm, "whereabouts", None)
+    where = whereabouts.of(comm)
     if where is not None:
         where.at("warmups")
     comm.sync_all()

@@ -38,6 +38,11 @@ POLL_S = 0.05
 PROBE_S = 1.0  # rank 0 waits this long for a silent rank's host to answer its pulse
 
 
+def of(comm):
+    """The run's Whereabouts (comm.run's), or None: none started, or a Comm of no run."""
+    return getattr(getattr(comm, "run", None), "whereabouts", None)
+
+
 def start(comm):
     """The run's Whereabouts, or None (a world of one, or no store to keep positions in)."""
     if comm.world_size < 2:
@@ -140,7 +145,7 @@ def named_on_timeout(comm, where, record=None):
     try:
         yield
     except RuntimeError as error:
-        found = getattr(comm, "whereabouts", None)
+        found = of(comm)
         if found is None or not peer_failure(error):
             raise
         raise found.name_on_failure(f"{where} failed: {reason_of(error)}", record) from None

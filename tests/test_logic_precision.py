@@ -9,6 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from commbench import numbers, precision, timing
+from commbench.comm import Run
+from commbench.settings import Settings
 
 pytestmark = pytest.mark.fast
 
@@ -112,8 +114,8 @@ def test_budget_spent_gives_deadlines_now_and_no_budget_gives_none(clock):
 # --------------------------------------------------------------------------- the schedule
 
 def schedule(count, target=0.05, most=8, groups=1, budget=None, rank=0):
-    args = SimpleNamespace(precision=target, max_windows=most)
-    comm = SimpleNamespace(budget=budget, global_rank=rank, device="cpu")
+    args = Settings(precision=target, max_windows=most)
+    comm = SimpleNamespace(run=Run(budget=budget), global_rank=rank, device="cpu")
     return precision.Schedule(args, comm, count, [None] * groups)
 
 

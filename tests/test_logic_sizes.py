@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from commbench import collective, defaults, numbers, sizes, table
+from commbench.comm import Run
 from commbench.settings import Settings
 from commbench.check import CHECK_RESERVE
 from support import parse_tables
@@ -177,13 +178,13 @@ def test_a_sweeps_ceiling_is_the_memory_at_the_runs_first_sweep(monkeypatch):
     # second op of a scan in a 1500 MiB cgroup was refused, exit 2).
     memory = iter([(600 << 20, "cgroup"), (300 << 20, "cgroup")])
     monkeypatch.setattr(sizes, "per_rank_memory", lambda comm: next(memory))
-    comm = SimpleNamespace(world_size=2, sweep_memory=None, one_tensor_all_gather=False)
+    comm = SimpleNamespace(world_size=2, run=Run(), one_tensor_all_gather=False)
     args = Settings(dtype="float", mem_factor=1.0, maxsize=27, min_bytes=None, scan=True)
     numels = [2 ** 27]  # 512 MiB a rank: within 600 MiB, past 300
     sizes.refuse_past_ceiling(descriptor("all_gather"), numels, args, comm)
     sizes.refuse_past_ceiling(descriptor("reduce_scatter"), numels, args, comm)
-    assert comm.sweep_memory == (600 << 20, "cgroup")
-    comm.sweep_memory = (300 << 20, "cgroup")
+    assert comm.run.sweep_memory == (600 << 20, "cgroup")
+    comm.run.sweep_memory = (300 << 20, "cgroup")
     with pytest.raises(sizes.UsageError, match="past a sweep's ceiling of 300.0 MiB"):
         sizes.refuse_past_ceiling(descriptor("all_gather"), numels, args, comm)
 

@@ -66,7 +66,7 @@ def _timed_steps(run, strategy, count, recorder=None, losses=None, memory=None, 
     what the rank holds after each, in `held`). Each step's position is posted before its
     barrier (a timeout names the step, and with `recorder` the call, a rank did not reach)."""
     comm, times = run.comm, []
-    found = getattr(comm, "whereabouts", None)
+    found = whereabouts.of(comm)
     marks = whereabouts.Reading(lambda: {"call": recorder.calls_in_step() + 1}) \
         if recorder is not None else None
     for number in range(count):
@@ -98,7 +98,7 @@ def _stall_deadline(run, name, recorder):
     comm = run.comm
     late = (f"rank {comm.global_rank}: {name}: a step did not finish within "
             f"{run.args.timeout:g} s; a peer rank likely died or is stuck (see its log)")
-    explain = comm.whereabouts.explain if comm.whereabouts is not None else None
+    explain = comm.run.whereabouts.explain if comm.run.whereabouts is not None else None
     return stall_deadline(run.args.timeout, lambda: (run.moved, recorder.calls_in_step()), late,
                           explain, _failure_record(run, name))
 
@@ -351,13 +351,13 @@ def run_all(args):
                     "torch.optim.AdamW to deepspeed.initialize, which takes precedence"
                     if "optimizer" in user.config else ""))
     open_output(run)
-    comm.whereabouts = whereabouts.start(comm)
+    comm.run.whereabouts = whereabouts.start(comm)
     swept = []
     try:
         for label, name, engine in planned:
             run.ds_variant, run.ds_label = engine, label
-            if comm.whereabouts is not None:
-                comm.whereabouts.size_starts(name, None, "set-up")
+            if comm.run.whereabouts is not None:
+                comm.run.whereabouts.size_starts(name, None, "set-up")
             with whereabouts.named_on_timeout(comm, f"rank {comm.global_rank}: {name}",
                                               _failure_record(run, name)):
                 record = measure(run, name)

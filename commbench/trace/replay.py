@@ -242,7 +242,7 @@ def run(args):
     record = _failure_record(writer)
     late = (f"rank {rank}: replay: a call did not finish within {args.timeout:g} s; a peer rank "
             "likely died or is stuck (see its log)")
-    explain = comm.whereabouts.explain if comm.whereabouts is not None else None
+    explain = comm.run.whereabouts.explain if comm.run.whereabouts is not None else None
     try:
         # the backend's own timeout (gloo's) names who did not come in the main thread; the
         # stall deadline does it where the backend never times out (oneCCL)
@@ -281,7 +281,7 @@ def _positions(comm, replayer):
     """post(phase): this rank's position in the store, once a pass (outside its timed calls);
     at a timeout the call it is in (its index in this rank's trace, and its op) is read from
     the replayer."""
-    comm.whereabouts = found = whereabouts.start(comm)
+    comm.run.whereabouts = found = whereabouts.start(comm)
     if found is None:
         return lambda phase, reading=True: None
 
