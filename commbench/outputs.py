@@ -136,6 +136,12 @@ class Beside:
             self.own.write(record)
         self.extras.add(record)
 
+    def write_many(self, records):
+        if self.own is not None:
+            self.own.write_many(records)
+        for record in records:
+            self.extras.add(record)
+
     def close(self):
         """At the run's end, or as an error stops it (called in a `finally`): then the database's
         run stays incomplete and no Prometheus file replaces the last good one."""

@@ -56,13 +56,15 @@ def output_format(path):
     return extension
 
 
-def free_path(path, overwrite):
+def free_path(path, overwrite, formats=FORMATS):
     """`path`, or when it exists and `overwrite` is off, the first free `path.1`, `path.2`, ...
-    (earlier results are never destroyed by accident)."""
+    (earlier results are never destroyed by accident). `formats`: the extensions it may have
+    (None: any, for a command's own JSON lines)."""
     if os.path.isdir(path):
-        raise ResultsError(f"--output {path} is a directory; give a file name ending in "
-                           f"{' or '.join(FORMATS)}")
-    output_format(path)
+        raise ResultsError(f"--output {path} is a directory; give a file name" +
+                           (f" ending in {' or '.join(formats)}" if formats else ""))
+    if formats:
+        output_format(path)
     if overwrite or not os.path.exists(path):
         return path
     number = 1
@@ -113,6 +115,32 @@ class _WholeRecords:
 
     def close(self):
         os.close(self._fd)
+
+
+class LinesWriter(_WholeRecords):
+    """A command's own JSON lines (replay.py's, parallel_bench.py's: its records as they are,
+    each with its own type), by the results file's rules: each line whole and on disk as it is
+    written. A write that fails raises its OSError, the file cut back to its last whole line."""
+
+    def write(self, record):
+        self.append(json.dumps(record) + "\n", is_result=False)
+
+    def write_many(self, records):
+        """Many lines at once, on disk together (one fsync: a replay's thousands of calls)."""
+        self.append("".join(json.dumps(record) + "\n" for record in records), is_result=False)
+
+
+def open_lines(path, overwrite, meta, formats=None):
+    """Rank 0's LinesWriter at `path`, or at its first free `path.N` unless `overwrite` (the
+    rule of every results file of the suite), its first line `meta` already on disk (its
+    `path` says where); raises OSError, or ResultsError for a path no file can be."""
+    writer = LinesWriter(free_path(path, overwrite, formats))
+    try:
+        writer.write(meta)
+    except OSError:
+        writer.close()
+        raise
+    return writer
 
 
 class JsonlWriter(_WholeRecords):

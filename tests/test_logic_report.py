@@ -36,6 +36,26 @@ def write(path, records, meta=META):
     return str(path)
 
 
+def test_a_commands_own_lines_keep_an_earlier_file_and_end_in_a_whole_line(tmp_path):
+    """parallel_bench.py's and replay.py's JSON lines, by the results file's rules."""
+    path = tmp_path / "run.out"
+    path.write_text("earlier\n")
+    writer = results.open_lines(str(path), False, {"type": "meta", "kind": "strategies"})
+    assert writer.path == f"{path}.1" and path.read_text() == "earlier\n"
+    writer.write({"type": "strategy", "strategy": "ddp"})
+    writer.write_many([{"type": "call", "index": i} for i in range(3)])
+    writer.close()
+    lines = [json.loads(line) for line in open(writer.path)]
+    assert [line["type"] for line in lines] == ["meta", "strategy", "call", "call", "call"]
+    again = results.open_lines(str(path), True, {"type": "meta"})  # --overwrite
+    assert again.path == str(path)
+    again.close()
+    with pytest.raises(OSError):  # a full disk at the meta line: the command's one line says so
+        results.open_lines("/dev/full", True, {"type": "meta"})
+    with pytest.raises(results.ResultsError, match="is a directory; give a file name$"):
+        results.open_lines(str(tmp_path), False, {"type": "meta"})
+
+
 def run_of(label, ops, windows=None, world_size=2, dtype="float"):
     """A runs.Run from {op: {size: seconds}} (busbw: size / seconds)."""
     run = runs.Run(f"{label}.jsonl", label, world_size, dtype)

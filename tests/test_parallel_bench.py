@@ -47,12 +47,18 @@ def read_records(path):
     return lines[0], {r["strategy"]: r for r in lines[1:]}
 
 
-def run_strategies(tmp_path_factory, nproc, model, strategies, **extra):
+def run_strategies(tmp_path_factory, nproc, model, strategies, existing=False, **extra):
     path = tmp_path_factory.mktemp("strategies") / "run.jsonl"
+    if existing:  # an earlier run's file: kept, this run's goes to run.jsonl.1 and says so
+        path.write_text("earlier\n")
     result = launch("parallel_bench.py", f"--strategy={strategies}", *flags(model, **extra),
                     f"--output={path}", nproc=nproc, timeout=400)
     assert result.returncode == 0, result
     assert_no_traceback(result)
+    if existing:
+        assert path.read_text() == "earlier\n"
+        assert f"{path} exists; writing {path}.1 (--overwrite replaces it)" in result.stderr
+        path = path.with_name(path.name + ".1")
     return result, *read_records(path)
 
 
@@ -63,7 +69,7 @@ def two(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def three(tmp_path_factory):
-    return run_strategies(tmp_path_factory, 3, TINY_3, "zero1,zero3,tp,pp")
+    return run_strategies(tmp_path_factory, 3, TINY_3, "zero1,zero3,tp,pp", existing=True)
 
 
 @pytest.fixture(scope="module")

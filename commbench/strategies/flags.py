@@ -80,6 +80,8 @@ def parser():
                         "stops growing from step to step (ZeRO-3), allocations get slower; "
                         "default: MALLOC_MMAP_THRESHOLD_ if set, else glibc's dynamic threshold")
     p.add_argument("--output", default=None, metavar="PATH", help="JSON lines, by rank 0")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace --output if it exists (default: write PATH.1, PATH.2, ...)")
     add_store_flags(p)
     p.add_argument("--trace", default=None, metavar="DIR",
                    help="record the measured steps' communication, call by call, into "

@@ -1,12 +1,11 @@
 """parallel_bench.py's output: the table rank 0 prints, row by row, and the JSON lines it
-writes (a meta record, then one record a strategy, each written and flushed as it is measured,
-so that a run that dies keeps what it measured)."""
+writes (a meta record, then one record a strategy, each on disk as it is measured, so that a run
+that dies keeps what it measured: results.LinesWriter, by the suite's rules for every results
+file)."""
 
-import json
-
-from .. import provenance
+from .. import provenance, results
 from ..errors import BenchmarkError
-from ..table import convert_size, print_rank_0
+from ..table import convert_size, note, print_rank_0
 
 COLUMNS = (("strategy", 9), ("step (median)", 14), ("spread (min-max)", 22), ("samples/s", 11),
            ("tokens/s", 11), ("peak mem/rank", 14), ("exposed comm", 13), ("comm per step", 0))
@@ -99,21 +98,6 @@ def table_row(record):
                    _duration(record["exposed_comm_s"]), ops])
 
 
-class LinesWriter:
-    """JSON lines, one write and one flush a line, so a run that dies keeps what it measured."""
-
-    def __init__(self, path):
-        self.path = path
-        self.file = open(path, "w", encoding="utf-8")
-
-    def write(self, record):
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
-
-    def close(self):
-        self.file.close()
-
-
 def meta(run):
     args, comm = run.args, run.comm
     return {"type": "meta", "kind": "strategies", "dist": "torch", "backend": comm.backend,
@@ -130,14 +114,18 @@ def meta(run):
 
 
 def open_output(run):
-    """Rank 0 opens --output; every rank learns whether it could."""
-    failure = None
-    if run.comm.global_rank == 0 and run.args.output:
+    """Rank 0 opens --output (an existing file is kept: PATH.1, ..., unless --overwrite); every
+    rank learns whether it could."""
+    failure, asked = None, run.args.output
+    if run.comm.global_rank == 0 and asked:
         try:
-            run.writer = LinesWriter(run.args.output)
-            run.writer.write(meta(run))
-        except OSError as error:
-            failure = f"cannot write --output {run.args.output}: {error.strerror or error}"
+            run.writer = results.open_lines(asked, run.args.overwrite, meta(run))
+        except (OSError, BenchmarkError) as error:
+            failure = f"cannot write --output {asked}: {getattr(error, 'strerror', None) or error}"
+        else:
+            if run.writer.path != asked:
+                note(run.comm, f"{asked} exists; writing {run.writer.path} (--overwrite "
+                               "replaces it)")
     if run.comm.any_rank(failure is not None):
         raise BenchmarkError(failure or "rank 0 cannot write the results file")
     from ..outputs import beside  # --db, --prometheus: the strategy rows there too
@@ -160,5 +148,5 @@ def _write(run, record):
         try:
             run.writer.write(record)
         except OSError as error:
-            comm.stop_on(BenchmarkError(f"cannot write --output {run.args.output}: "
+            comm.stop_on(BenchmarkError(f"cannot write --output {run.writer.path}: "
                                         f"{error.strerror or error}", rank_local=True))

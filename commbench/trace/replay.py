@@ -6,7 +6,6 @@ outputs are compared. Rank 0 prints the tables and writes --output.
 Every bad trace is found before the process group starts, alike on every rank: one line, exit
 2, no rank left waiting for another."""
 
-import json
 import os
 import statistics
 import sys
@@ -23,7 +22,7 @@ from ..guard import agree_to_go_on, stall_deadline
 from ..launch import discover_launch_env
 from ..memory import per_rank_memory
 from ..numbers import float_in, int_at_least
-from ..results import free_path
+from ..results import FORMATS, open_lines
 from ..table import convert_size, emit, note, output_failure, print_rank_0
 from . import agree, summary
 from .engine import Replayer, bytes_in_flight
@@ -160,30 +159,15 @@ def open_output(args, comm, trace):
     writer, failure = None, None
     if comm.global_rank == 0 and args.output:
         try:
-            path = free_path(args.output, args.overwrite)
-            writer = open(path, "w", encoding="utf-8")
-            writer.write(json.dumps(meta(args, comm, trace)) + "\n")
-            writer.flush()
-            args.output = path
+            writer = open_lines(args.output, args.overwrite, meta(args, comm, trace), FORMATS)
+            args.output = writer.path
         except (OSError, BenchmarkError) as error:
             failure = f"cannot write --output {args.output}: " \
                       f"{getattr(error, 'strerror', None) or error}"
     if comm.any_rank(failure is not None):
         raise BenchmarkError(failure or "rank 0 cannot write --output")
     from ..outputs import beside  # --db, --prometheus: the summary and the calls there too
-    return beside(writer and _Lines(writer), args, comm, lambda: meta(args, comm, trace))
-
-
-class _Lines:
-    def __init__(self, file):
-        self.file = file
-
-    def write(self, record):
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
-
-    def close(self):
-        self.file.close()
+    return beside(writer, args, comm, lambda: meta(args, comm, trace))
 
 
 def gather(comm, trace, times, starts, wrong, passes):
@@ -346,6 +330,7 @@ def report(args, comm, trace, everyone, writer, per_trial=None):
         print_rank_0(comm, line)
     if writer is None:
         return
+    calls = []
     for rank in sorted(trace.ranks):
         for call in trace.ranks[rank]:
             record = {"type": "call", "rank": rank, **call.record()}
@@ -356,7 +341,8 @@ def report(args, comm, trace, everyone, writer, per_trial=None):
                 record["times_s"] = everyone[rank]["times"][call.index]
                 if args.check:
                     record["wrong"] = everyone[rank]["wrong"][call.index]
-            writer.write(record)
+            calls.append(record)
+    writer.write_many(calls)
     writer.write({
         "type": "replay_summary", "world_size": comm.world_size, "repeat": args.repeat,
         "steps": trace.steps, "pass_s": figures, "pass_times_s": pass_times, "kinds": table,
