@@ -58,15 +58,13 @@ def run_meta(args, comm, ops):
     """The meta record of a results file: what was run, where, with what."""
     args = Settings.of(args)
     return {
-        "ops": list(ops), "dist": comm.name, "backend": comm.backend, "device": comm.device.type,
+        "ops": list(ops), **provenance.placed(comm),
         "master_addr": os.environ.get("MASTER_ADDR"), "master_port": os.environ.get("MASTER_PORT"),
-        "dtype": args.dtype, "dtypes": dtypes_for(args, comm.backend),
-        "reduce_op": args.op, "world_size": len(comm.hostnames),
-        "hostnames": comm.hostnames,
+        "dtype": args.dtype, "dtypes": dtypes_for(args, comm.backend), "reduce_op": args.op,
         # --groups: the layouts run, each as its groups' global ranks
         "groups": {kind: layout.groups for kind, layout in comm.layouts.items()
                    if kind in (args.groups or [])} or None,
-        "versions": provenance.versions(), "trials": args.trials, "warmups": args.warmups,
+        "trials": args.trials, "warmups": args.warmups,
         "async_op": args.async_op, "scan": args.scan, "maxsize": args.maxsize,
         "minsize": args.minsize, "min_bytes": args.min_bytes,
         "max_bytes": args.max_bytes,
@@ -93,7 +91,7 @@ def run_meta(args, comm, ops):
         # seconds per rank from the start-up to the process group up and the first collective
         "startup": comm.startup,
         "torch_threads": torch.get_num_threads(), "processor": processor_model(comm.device),
-        **provenance.invocation(),
+        **provenance.stamped(),
     }
 
 

@@ -1,5 +1,6 @@
-"""What every results file's meta record says of the software and of the command that made it
-(the op scripts', doctor.py's, replay.py's and parallel_bench.py's alike)."""
+"""What every results file's meta record says of where it ran, of the software and of the command
+that made it (the op scripts', doctor.py's, replay.py's and parallel_bench.py's alike: `placed`
+and `stamped`, each command's own fields between them)."""
 
 import platform
 import sys
@@ -8,6 +9,17 @@ import time
 import torch
 
 from . import __version__
+
+
+def placed(comm):
+    """Where a run ran: the layer, backend, device type, the world and its ranks' hosts."""
+    return {"dist": comm.name, "backend": comm.backend, "device": comm.device.type,
+            "world_size": len(comm.hostnames), "hostnames": comm.hostnames}
+
+
+def stamped(installed_deepspeed=False):
+    """The software's versions (versions()), the command line and the start time."""
+    return {"versions": versions(installed_deepspeed), **invocation()}
 
 
 def versions(installed_deepspeed=False):

@@ -44,9 +44,7 @@ def screen_rounds(check, planner):
 
 
 def meta(args, comm, check):
-    return {"ops": ["doctor"], "dist": comm.name, "backend": comm.backend,
-            "device": comm.device.type, "world_size": comm.world_size,
-            "hostnames": comm.hostnames, "hosts": check.hosts,
+    return {"ops": ["doctor"], **provenance.placed(comm), "hosts": check.hosts,
             "ranks_per_host": len(check.ranks[0]), "bw_unit": args.bw_unit,
             "doctor": {"plan": check.plan, "rounds": args.rounds, "seed": args.seed,
                        "fleet_wide": args.fleet_wide,
@@ -56,8 +54,7 @@ def meta(args, comm, check):
                        "small_bytes": args.small_bytes, "large_bytes": args.large_bytes,
                        "trials": args.trials, "warmups": args.warmups, "repeat": args.repeat,
                        "retest": args.retest, "timeout": args.timeout},
-            "startup": comm.startup, "versions": provenance.versions(),
-            **provenance.invocation()}
+            "startup": comm.startup, **provenance.stamped()}
 
 
 def main(local_rank, args):

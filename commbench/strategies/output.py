@@ -100,9 +100,7 @@ def table_row(record):
 
 def meta(run):
     args, comm = run.args, run.comm
-    return {"type": "meta", "kind": "strategies", "dist": "torch", "backend": comm.backend,
-            "device": comm.device.type, "world_size": comm.world_size,
-            "hostnames": comm.hostnames,
+    return {"type": "meta", "kind": "strategies", **provenance.placed(comm),
             "model": {"params": run.model_config.params, "hidden": args.hidden,
                       "layers": args.layers, "heads": args.heads, "vocab": args.vocab,
                       "seq": args.seq, "micro_batch": args.micro_batch,
@@ -110,7 +108,7 @@ def meta(run):
                       "element_size": run.dtype.itemsize},
             "steps": args.steps, "warmup": args.warmup,
             **({"ds_config": run.user.identity()} if run.user is not None else {}),
-            "versions": provenance.versions(installed_deepspeed=True), **provenance.invocation()}
+            **provenance.stamped(installed_deepspeed=True)}
 
 
 def open_output(run):

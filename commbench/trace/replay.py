@@ -148,11 +148,8 @@ def check_memory(comm, trace):
 def meta(args, comm, trace):
     return {"type": "meta", "kind": "replay", "trace": os.path.abspath(args.trace),
             "trace_format": trace.format, "trace_source": trace.source,
-            "trace_steps": trace.steps, "dist": args.dist, "backend": comm.backend,
-            "device": comm.device.type, "world_size": comm.world_size,
-            "hostnames": comm.hostnames, "warmup": args.warmup, "repeat": args.repeat,
-            "pace": args.pace, "check": args.check,
-            "versions": provenance.versions(), **provenance.invocation()}
+            "trace_steps": trace.steps, **provenance.placed(comm), "warmup": args.warmup,
+            "repeat": args.repeat, "pace": args.pace, "check": args.check, **provenance.stamped()}
 
 
 def open_output(args, comm, trace):
