@@ -426,3 +426,64 @@ def test_an_execution_traces_gather_and_scatter_give_the_whole_to_the_root_alone
         assert (scatter.op, scatter.root, scatter.in_numel, scatter.out_numel) == \
             ("scatter", 1, whole, 4)
         assert gather.group == scatter.group == (0, 1, 2) and scatter.req is None
+
+
+# ------------------------------------------------------------------- the replay's --check
+
+def test_every_op_a_reader_makes_is_one_row_of_the_replay():
+    from commbench.trace.model import OPS
+    from commbench.trace.replayed import REPLAYED
+    assert set(REPLAYED) == set(OPS) - {"wait"}
+
+
+def _simulated(op, n=3, root=1, corrupt=None):
+    """Each rank's wrong count for `op` over a world of n ranks simulated in-process: inputs
+    filled as the engine fills them, outputs made by the op's meaning, checked by its row.
+    `corrupt`: (rank, element) of one output changed after the op."""
+    import torch
+    from commbench.trace.replayed import REPLAYED
+    splits = [[1 + (s + r) % 3 for r in range(n)] for s in range(n)]  # s sends splits[s][r] to r
+    calls, bufs = [], []
+    for rank in range(n):
+        numel = 6 if op != "all_to_all" else sum(splits[rank])
+        call = Call(0, op, group=tuple(range(n)), dtype="float32", root=root, reduce_op="sum")
+        if op == "all_to_all":
+            call.in_numel, call.out_numel = numel, sum(splits[s][rank] for s in range(n))
+            call.in_split, call.out_split = splits[rank], [splits[s][rank] for s in range(n)]
+        else:
+            whole = numel * n
+            call.in_numel, call.out_numel = {
+                "all_gather": (numel, whole), "reduce_scatter": (whole, numel),
+                "gather": (numel, whole if rank == root else 0),
+                "scatter": (whole if rank == root else 0, numel)}.get(op, (numel, numel))
+        row = REPLAYED[op]
+        inp, out = row.buffers(lambda dtype, count: torch.zeros(count), call)
+        row.fill(call, rank, inp)
+        calls.append(call)
+        bufs.append((inp, out))
+    ins = [inp for inp, _ in bufs]
+    for rank, (inp, out) in enumerate(bufs):  # what the op leaves on each rank
+        if op == "all_gather":
+            out.copy_(torch.cat(ins))
+        elif op == "reduce_scatter":
+            out.copy_(sum(i.chunk(n)[rank] for i in ins))
+        elif op == "all_to_all":
+            out.copy_(torch.cat([ins[s].split(splits[s])[rank] for s in range(n)]))
+        elif op == "gather" and rank == root:
+            out.copy_(torch.cat(ins))
+        elif op == "scatter":
+            out.copy_(ins[root].chunk(n)[rank])
+        elif op == "broadcast":
+            out.copy_(ins[root].clone())
+    if corrupt is not None:
+        bufs[corrupt[0]][1][corrupt[1]] += 1
+    return [sum(int((t != torch.full_like(t, v)).sum())
+                for t, v in REPLAYED[op].expected(calls[r], r, *bufs[r]) if t.numel())
+            for r in range(n)]
+
+
+@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter", "all_to_all", "gather", "scatter",
+                                "broadcast"])
+def test_the_replays_check_passes_a_right_result_and_names_a_wrong_element(op):
+    assert _simulated(op) == [0, 0, 0]
+    assert _simulated(op, corrupt=(1, 2)) == [0, 1, 0]  # rank 1: the root (gather's output)

@@ -18,12 +18,9 @@ import torch
 import torch.distributed
 
 from .model import dtype_of
+from .replayed import REPLAYED
 
 REDUCE_OPS = {"sum": "SUM", "avg": "AVG", "product": "PRODUCT", "min": "MIN", "max": "MAX"}
-
-
-def value(sender, receiver):
-    return (7 * sender + 3 * receiver) % 97 + 1
 
 
 class Pool:
@@ -100,130 +97,38 @@ class Replayer:
     def _group(self, call):
         return None if call.group in ((), self.world) else self.handles[call.group]
 
-    def _reduce(self, call):
+    def reduce_op(self, call):
         """The layer's own ReduceOp member (deepspeed.comm has its own enum)."""
         layer = self.dist if hasattr(self.dist, "ReduceOp") else torch.distributed
         return getattr(layer.ReduceOp, REDUCE_OPS[call.reduce_op or "sum"])
 
-    def _function(self, name):
+    def function(self, name):
+        """The layer's `name` (torch.distributed's where the layer has none)."""
         return getattr(self.dist, name, None) or getattr(torch.distributed, name)
 
-    # -- buffers, and what they hold under --check
+    # -- buffers, what they hold under --check, issuing: each op's row in replayed.REPLAYED
 
     def buffers(self, call):
         """(input, output) tensors; the same one twice for in-place ops; None where none."""
-        take = self.pool.take
-        if call.op in ("all_reduce", "broadcast", "reduce"):
-            tensor = take(call.dtype, call.in_numel)
-            return tensor, tensor
-        if call.op == "barrier":
-            return None, None
-        if call.op == "batch":
-            return [take(part.dtype, part.numel) for part in call.batch], None
-        inp = take(call.dtype, call.in_numel) if call.in_numel else None
-        out = take(call.dtype, call.out_numel) if call.out_numel else None
-        return inp, out
+        return REPLAYED[call.op].buffers(self.pool.take, call)
 
     def fill(self, call, inp, out):
-        rank, group = self.rank, call.group
-        if call.op in ("all_reduce", "reduce", "reduce_scatter"):
-            inp.fill_(1)
-        elif call.op == "all_gather":
-            inp.fill_(value(rank, 0))
-        elif call.op == "broadcast":
-            inp.fill_(value(call.root, 0) if rank == call.root else 0)
-        elif call.op in ("all_to_all", "scatter"):
-            if call.op == "scatter" and rank != call.root:
-                return
-            splits = call.in_split or [call.in_numel // len(group)] * len(group)
-            for receiver, chunk in zip(group, inp.split(splits)):
-                chunk.fill_(value(rank, receiver))
-        elif call.op == "gather":
-            inp.fill_(value(rank, call.root))
-        elif call.op == "send":
-            inp.fill_(value(rank, call.peer))
-        elif call.op == "batch":
-            for part, tensor in zip(call.batch, inp):
-                tensor.fill_(value(rank, part.peer) if part.op == "send" else 0)
+        REPLAYED[call.op].fill(call, self.rank, inp)
         if out is not None and out is not inp:
             out.zero_()
 
     def wrong(self, call, inp, out):
         """Elements that differ from what the call should have left."""
-        rank, group = self.rank, call.group
-        expected = []  # (tensor, value)
-        if call.op == "all_reduce" or (call.op == "reduce" and rank == call.root):
-            expected = [(out, len(group) if (call.reduce_op or "sum") == "sum" else 1)]
-        elif call.op == "reduce_scatter":
-            expected = [(out, len(group) if (call.reduce_op or "sum") == "sum" else 1)]
-        elif call.op == "broadcast":
-            expected = [(out, value(call.root, 0))]
-        elif call.op == "all_gather":
-            expected = list(zip(out.chunk(len(group)), [value(r, 0) for r in group]))
-        elif call.op == "all_to_all":
-            expected = list(zip(out.split(call.out_split), [value(r, rank) for r in group]))
-        elif call.op == "gather" and rank == call.root:
-            expected = list(zip(out.chunk(len(group)), [value(r, rank) for r in group]))
-        elif call.op == "scatter":
-            expected = [(out, value(call.root, rank))]
-        elif call.op == "recv":
-            expected = [(out, value(call.peer, rank))]
-        elif call.op == "batch":
-            expected = [(tensor, value(part.peer, rank))
-                        for part, tensor in zip(call.batch, inp) if part.op == "recv"]
+        expected = REPLAYED[call.op].expected(call, self.rank, inp, out)
         return sum(int((tensor != torch.full_like(tensor, number)).sum())
                    for tensor, number in expected if tensor.numel())
-
-    # -- issuing
 
     def issue(self, call, inp, out):
         """Issue `call`; its Works (a list, empty when it ran synchronously)."""
         asynchronous = call.asynchronous
-        group = self._group(call)
-        op = call.op
-        if op == "all_reduce":
-            work = self._function("all_reduce")(inp, op=self._reduce(call), group=group,
-                                                async_op=asynchronous)
-        elif op == "all_gather":
-            work = self._function("all_gather_into_tensor")(out, inp, group=group,
-                                                            async_op=asynchronous)
-        elif op == "reduce_scatter":
-            work = self._function("reduce_scatter_tensor")(out, inp, op=self._reduce(call),
-                                                           group=group, async_op=asynchronous)
-        elif op == "broadcast":
-            work = self._function("broadcast")(inp, call.root, group=group, async_op=asynchronous)
-        elif op == "reduce":
-            work = self._function("reduce")(inp, call.root, op=self._reduce(call), group=group,
-                                            async_op=asynchronous)
-        elif op == "all_to_all":
-            work = self._function("all_to_all_single")(out, inp, call.out_split, call.in_split,
-                                                       group=group, async_op=asynchronous)
-        elif op == "gather":
-            chunks = list(out.chunk(len(call.group))) if self.rank == call.root else None
-            work = torch.distributed.gather(inp, chunks, dst=call.root, group=group,
-                                            async_op=asynchronous)
-        elif op == "scatter":
-            chunks = list(inp.chunk(len(call.group))) if self.rank == call.root else None
-            work = torch.distributed.scatter(out, chunks, src=call.root, group=group,
-                                             async_op=asynchronous)
-        elif op == "send":
-            work = torch.distributed.isend(inp, call.peer) if asynchronous else \
-                torch.distributed.send(inp, call.peer)
-        elif op == "recv":
-            work = torch.distributed.irecv(out, call.peer) if asynchronous else \
-                torch.distributed.recv(out, call.peer)
-        elif op == "batch":
-            ops = [torch.distributed.P2POp(torch.distributed.isend if part.op == "send"
-                                           else torch.distributed.irecv, tensor, part.peer)
-                   for part, tensor in zip(call.batch, inp)]
-            works = torch.distributed.batch_isend_irecv(ops)
-            if not asynchronous:
-                for work in works:
-                    work.wait()
-                return []
-            return list(works)
-        else:
-            work = torch.distributed.barrier(group=group, async_op=asynchronous)
+        work = REPLAYED[call.op].issue(self, call, inp, out, self._group(call), asynchronous)
+        if isinstance(work, list):  # a batch's: waited already when synchronous
+            return work
         return [work] if asynchronous and work is not None and not isinstance(work, int) else []
 
     # -- a pass

@@ -15,7 +15,7 @@ What the trace does not say, and what the replay then assumes (said before the r
 import json
 import re
 
-from .model import Call, Trace, TraceError, rooted_numel
+from .model import REDUCING, Call, Trace, TraceError, rooted_numel
 
 DTYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "half": "float16",
           "c10::BFloat16": "bfloat16", "int": "int32", "long int": "int64", "long": "int64",
@@ -154,7 +154,7 @@ class _Node:
 
 def _one_buffer(call, n):
     call.in_numel = call.out_numel = n.numel(n.names[0])
-    if call.op in ("all_reduce", "reduce"):
+    if call.op in REDUCING:
         call.reduce_op = "sum"
     if call.op != "all_reduce":
         call.root = n.world[int(n.arguments.get("root_rank", 0))]

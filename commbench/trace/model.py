@@ -26,7 +26,8 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduc
                "gather", "scatter", "barrier")
 POINT_TO_POINT = ("send", "recv", "batch")
 OPS = COLLECTIVES + POINT_TO_POINT + ("wait",)
-ROOTED = ("broadcast", "reduce", "gather", "scatter")
+ROOTED = ("broadcast", "reduce", "gather", "scatter")  # a root: a global rank
+REDUCING = ("all_reduce", "reduce", "reduce_scatter")  # a reduce op (reduce_op)
 REDUCE_OPS = ("sum", "avg", "product", "min", "max")
 
 # The op kinds of the tables, in the suite's order: point-to-point is pt2pt, as elsewhere.

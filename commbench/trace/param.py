@@ -12,7 +12,7 @@ receive of a batch; "init" entries define groups (pg_id, global_ranks). Names ar
 say, the replay assumes: a call is asynchronous when a later wait names its req, consecutive
 use_batch sends and receives are one batch, and a call without global_ranks is the world's."""
 
-from .model import Call, Part, Trace, TraceError
+from .model import REDUCING, ROOTED, Call, Part, Trace, TraceError, rooted_numel
 
 ALIASES = {
     "allreduce": "all_reduce", "allgather": "all_gather", "allgatherbase": "all_gather",
@@ -125,17 +125,17 @@ class _Reader:
                     in_numel=_field(entry, "in_msg_size", where),
                     out_numel=_field(entry, "out_msg_size", where), function=name,
                     start_s=start_s, req=self.req(entry))
-        if op in ("broadcast", "reduce", "gather", "scatter"):
+        if op in ROOTED:
             call.root = entry.get("root", group[0])
-        if op in ("all_reduce", "reduce", "reduce_scatter"):
+        if op in REDUCING:
             call.reduce_op = "sum"
         if op == "all_to_all":
             call.in_split, call.out_split = entry.get("in_split") or None, \
                 entry.get("out_split") or None
-        if op == "gather" and call.root != self.rank:
-            call.out_numel = 0  # the file's sizes are the root's: the others receive nothing
-        if op == "scatter" and call.root != self.rank:
-            call.in_numel = 0
+        if op in ("gather", "scatter"):  # the file's sizes are the root's
+            piece = call.in_numel if op == "gather" else call.out_numel
+            call.in_numel, call.out_numel = rooted_numel(op, piece, len(group),
+                                                         call.root == self.rank)
         self.add(call)
 
 
