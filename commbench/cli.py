@@ -10,7 +10,7 @@ import sys
 import torch
 
 from . import defaults
-from . import groups as grouping, precision, traffic
+from . import groups as grouping, precision
 from .dtypes import dtype_list
 from .errors import PROG, UsageError
 from .flags import Parser, prog
@@ -72,7 +72,7 @@ def _cpu_list(text):
     return cpus
 
 
-def _argument(parse):
+def argument(parse):
     """A flag's type from a parser that raises ValueError with the reason (argparse's line)."""
     def convert(text):
         try:
@@ -82,11 +82,8 @@ def _argument(parse):
     return convert
 
 
-_layouts = _argument(grouping.kinds)
-_skew = _argument(traffic.parse_skew)
-_split = _argument(grouping.split_rule)
-# the file is read (and refused) on every rank at parse time; the path is what the run keeps
-_matrix_file = _argument(lambda text: traffic.read_matrix(text) and text)
+_layouts = argument(grouping.kinds)
+_split = argument(grouping.split_rule)
 
 
 def _dtype_names(text):
@@ -220,26 +217,14 @@ def _check_and_statistics_flags(parser):
                                           f"not counted (default {defaults.DEFAULT_MAX_WINDOWS})")
 
 
-def _traffic_flags(parser):
-    """all_to_allv's splits and pt2pt's pairs (docs/traffic.md)."""
-    parser.add_argument("--a2a-matrix", type=_matrix_file, default=None, metavar="FILE",
-                        help="all_to_allv: an n x n CSV, row = sender, of the bytes each rank "
-                             "sends each (run as written; with --scan, weights scaled so the "
-                             "busiest sender sends each size)")
-    parser.add_argument("--a2a-skew", type=_skew, default=None, metavar="SKEW",
-                        help="all_to_allv: zipf:S (receivers in a random popularity order, the "
-                             "i-th getting 1/i^S) or hot:K[:F] (K random receivers get F times "
-                             "another's share, default 8) (default: even splits)")
-    parser.add_argument("--seed", type=int_at_least(0), default=0,
-                        help="all_to_allv: the seed of --a2a-skew's draw (default %(default)s)")
-    parser.add_argument("--pairs", choices=("one", "all", "across"), default="one",
-                        help="pt2pt: one (rank 0 to 1), all (0-1, 2-3, ... every pair at once) or "
-                             "across (i with i + n/2: the first half with the second); "
-                             "Throughput is then all pairs together, BusBW one pair's, and "
-                             "Msgs/s their message rate (default %(default)s)")
-    parser.add_argument("--bidirectional", action="store_true",
-                        help="pt2pt: both ranks of a pair send and receive at once (bandwidth "
-                             "counts both directions, as osu_bibw)")
+def _own_flags(parser):
+    """Each op's own flags, from its descriptor (`flags`), in the registry's order: pt2pt's
+    pairs, all_to_allv's splits (docs/traffic.md)."""
+    from . import ops  # the ops' modules import the harness, which imports this module
+    for name in defaults.OPS:
+        own = ops.descriptor(name).flags
+        if own is not None:
+            own(parser)
 
 
 def _layout_flags(parser):
@@ -300,7 +285,7 @@ def benchmark_parser():
     _size_flags(parser)
     _op_flags(parser)
     _check_and_statistics_flags(parser)
-    _traffic_flags(parser)
+    _own_flags(parser)
     _layout_flags(parser)
     _overlap_flags(parser)
     _output_and_limit_flags(parser)

@@ -56,6 +56,10 @@ class Collective:
     fixed_numel: Optional[Callable] = None
     # (n, E, element size, seconds) -> messages a second, for a Msgs/s column (pt2pt's pairs)
     rate: Optional[Callable] = None
+    # (parser) -> None: adds the op's own flags (all_to_allv's splits, pt2pt's pairs) to the op
+    # scripts' command line, which every op script shares (run_all.py runs them all); each a
+    # field of settings.Settings too
+    flags: Optional[Callable] = None
 
 
 def bound(function, *args, async_op=False):

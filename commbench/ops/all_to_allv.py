@@ -8,7 +8,9 @@ import torch
 
 from commbench import harness
 from commbench.collective import SPLIT, Collective, bound
-from commbench.traffic import Traffic
+from commbench.cli import argument
+from commbench.numbers import int_at_least
+from commbench.traffic import Traffic, parse_skew, read_matrix
 
 
 def _bind(traffic, comm, input, output, async_op):
@@ -70,6 +72,22 @@ def specialize(args):
 
 _EVEN = Traffic()
 
+def flags(parser):
+    """all_to_allv's own flags (docs/traffic.md): its splits. The matrix file is read (and
+    refused) on every rank as the command line is parsed; the path is what the run keeps."""
+    parser.add_argument("--a2a-matrix", type=argument(lambda text: read_matrix(text) and text),
+                        default=None, metavar="FILE",
+                        help="all_to_allv: an n x n CSV, row = sender, of the bytes each rank "
+                             "sends each (run as written; with --scan, weights scaled so the "
+                             "busiest sender sends each size)")
+    parser.add_argument("--a2a-skew", type=argument(parse_skew), default=None, metavar="SKEW",
+                        help="all_to_allv: zipf:S (receivers in a random popularity order, the "
+                             "i-th getting 1/i^S) or hot:K[:F] (K random receivers get F times "
+                             "another's share, default 8) (default: even splits)")
+    parser.add_argument("--seed", type=int_at_least(0), default=0,
+                        help="all_to_allv: the seed of --a2a-skew's draw (default %(default)s)")
+
+
 ALL_TO_ALLV = Collective(
     name="all_to_allv",
     bind=functools.partial(_bind, _EVEN),
@@ -81,6 +99,7 @@ ALL_TO_ALLV = Collective(
     size_rule=SPLIT,
     expected=functools.partial(_received, _EVEN),
     specialize=specialize,
+    flags=flags,
 )
 
 

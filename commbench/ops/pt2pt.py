@@ -113,6 +113,18 @@ def specialize(args):
         rate=functools.partial(_message_rate, mode, both))
 
 
+def flags(parser):
+    """pt2pt's own flags (docs/traffic.md)."""
+    parser.add_argument("--pairs", choices=("one", "all", "across"), default="one",
+                        help="pt2pt: one (rank 0 to 1), all (0-1, 2-3, ... every pair at once) or "
+                             "across (i with i + n/2: the first half with the second); "
+                             "Throughput is then all pairs together, BusBW one pair's, and "
+                             "Msgs/s their message rate (default %(default)s)")
+    parser.add_argument("--bidirectional", action="store_true",
+                        help="pt2pt: both ranks of a pair send and receive at once (bandwidth "
+                             "counts both directions, as osu_bibw)")
+
+
 PT2PT = Collective(
     name="pt2pt",
     bind=functools.partial(_bind, "one", False),
@@ -125,6 +137,7 @@ PT2PT = Collective(
     min_world_size=2,
     shown_world_size=2,
     specialize=specialize,
+    flags=flags,
 )
 
 
