@@ -25,7 +25,8 @@ from . import builds, ccl as oneccl, groups as grouping, shm
 from .errors import BenchmarkError, UsageError
 from .guard import deadline, peer_failure
 from .launch import check_master_address, discover_launch_env, master_address, master_port
-from .layer import import_deepspeed, init_error, resolve_device_and_backend, tell_deepspeed_backend
+from .layer import (import_deepspeed, init_error, pin, resolve_device_and_backend, select_device,
+                    tell_deepspeed_backend)
 from .peers import argument_digest, differing_arguments, exchange
 from .settings import Settings
 from .startup import say_startup
@@ -197,7 +198,7 @@ def init_comm(local_rank, args):
     pinned = pin(launch.local_rank) if starting and args.pin else None
     if starting and launch.local_rank == 0 and device_type == "cpu":
         shm.remove_leftovers()
-    device = _select_device(device_type, launch.local_rank, ds_accelerator)
+    device = select_device(device_type, launch.local_rank, ds_accelerator)
     up, building, since = None, [], None
     if starting:
         building, since = _start_group(args, launch, backend, device, ds)
@@ -360,27 +361,6 @@ def reduce_args(dist_module, op):
     if op == "sum":
         return ()
     return (getattr(dist_module.ReduceOp, _REDUCE_OP_NAMES[op]),)
-
-
-def pin(local_rank):
-    """This rank, and the threads it starts from here on (the backend's progress threads), on
-    one CPU of its own: the local rank's, among the CPUs this process may use. Returns it."""
-    cpus = sorted(os.sched_getaffinity(0))
-    cpu = cpus[local_rank % len(cpus)]
-    os.sched_setaffinity(0, {cpu})
-    return cpu
-
-
-def _select_device(device_type, local_rank, ds_accelerator):
-    if device_type == "cpu":
-        return torch.device("cpu")
-    if ds_accelerator is not None:
-        index = local_rank % ds_accelerator.device_count()
-        ds_accelerator.set_device(index)
-    else:
-        index = local_rank % torch.accelerator.device_count()
-        torch.accelerator.set_device_index(index)
-    return torch.device(device_type, index)
 
 
 def teardown():

@@ -134,3 +134,25 @@ def processor_model(device):
         except (AttributeError, RuntimeError, AssertionError):
             models["accelerator"] = None
     return models
+
+
+def pin(local_rank):
+    """This rank, and the threads it starts from here on (the backend's progress threads), on
+    one CPU of its own: the local rank's, among the CPUs this process may use. Returns it."""
+    cpus = sorted(os.sched_getaffinity(0))
+    cpu = cpus[local_rank % len(cpus)]
+    os.sched_setaffinity(0, {cpu})
+    return cpu
+
+
+def select_device(device_type, local_rank, ds_accelerator):
+    """This rank's device: the CPU, or its local rank's accelerator, made current."""
+    if device_type == "cpu":
+        return torch.device("cpu")
+    if ds_accelerator is not None:
+        index = local_rank % ds_accelerator.device_count()
+        ds_accelerator.set_device(index)
+    else:
+        index = local_rank % torch.accelerator.device_count()
+        torch.accelerator.set_device_index(index)
+    return torch.device(device_type, index)

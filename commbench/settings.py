@@ -112,6 +112,14 @@ class Settings:
         return self.groups or ["world"]
 
 
+def frozen(cls, namespace, **derived):
+    """A front end's typed settings (a frozen dataclass `cls`) from its parsed, checked
+    Namespace, and the fields it derives (`derived`). A field the Namespace lacks is an error:
+    each front end's test holds its parser's flags equal to its class's fields."""
+    given = {**vars(namespace), **derived}
+    return cls(**{f.name: given[f.name] for f in fields(cls)})
+
+
 def settle(args, refuse):
     """Checks across the flags of a parsed Namespace, and the defaults that depend on other
     flags; `refuse(message)` raises. A size range (either form) is a sweep: it implies --scan."""

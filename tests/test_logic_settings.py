@@ -82,3 +82,24 @@ def test_checks_across_flags_are_one_usage_line(flags, words):
     with pytest.raises(UsageError, match=None) as refused:
         parse(*flags)
     assert words in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("front", ["doctor", "replay", "parallel_bench"])
+def test_each_front_ends_settings_hold_every_flag_of_its_parser(front):
+    """doctor.py's, replay.py's and parallel_bench.py's command lines become typed, frozen
+    settings: one field a flag (the doctor's topology read at parse time besides)."""
+    from commbench.doctor.flags import DoctorSettings, parse, parser as doctor_parser
+    from commbench.settings import frozen
+    from commbench.strategies.flags import BenchSettings, parser as bench_parser
+    from commbench.trace.replay import ReplaySettings, parser as replay_parser
+    cls, made, extra = {
+        "doctor": (DoctorSettings, doctor_parser, {"topology_of"}),
+        "replay": (ReplaySettings, replay_parser, set()),
+        "parallel_bench": (BenchSettings, bench_parser, set())}[front]
+    argv = ["trace-dir"] if front == "replay" else []
+    dests = set(vars(made().parse_args(argv)))
+    assert {f.name for f in dataclasses.fields(cls)} == dests | extra
+    settings = parse([]) if front == "doctor" else frozen(cls, made().parse_args(argv))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.timeout = 1
+    assert Settings.of(settings).timeout == settings.timeout  # what the start-up reads of it

@@ -1,14 +1,17 @@
-"""doctor.py's command line: its flags, their checks, and what the suite's start-up reads of an
-op script's flags, fixed for the doctor (a bad --topology file is refused here, before any
-rank measures)."""
+"""doctor.py's command line: its flags, their checks, and its typed, frozen settings
+(`DoctorSettings`; a bad --topology file is refused here, before any rank measures). The
+suite's start-up reads the op scripts' settings it needs of them (settings.Settings.of: the
+layer, backend, device, --timeout; the others at their defaults)."""
 
 import argparse
+from dataclasses import dataclass
 
 from .. import defaults, results
 from ..cli import add_rank_flags, add_store_flags
 from ..errors import UsageError
 from ..flags import UsageParser, prog
 from ..numbers import byte_count, float_in, int_at_least
+from ..settings import frozen
 from . import plan, topology
 
 DEFAULT_MIN_FRACTION = 0.5
@@ -105,13 +108,47 @@ def _measuring_flags(p):
                         "it (default 2; 0: name first-pass suspects)")
 
 
+@dataclass(frozen=True)
+class DoctorSettings:
+    # the ranks (cli.add_rank_flags)
+    local_rank: int | None
+    backend: str | None
+    dist: str
+    device: str | None
+    timeout: float
+    # the plan: which pairs, round after round, and the switches
+    plan: str
+    rounds: int
+    seed: int
+    topology: str | None  # the file, "none", or None: Slurm's own under srun
+    topology_of: object  # the file's topology.Topology, read at parse time; None without one
+    fleet_wide: bool
+    # how it measures and judges
+    min_fraction: float
+    expect_gbps: float | None
+    expect_latency_us: float | None
+    small_bytes: int
+    large_bytes: int
+    trials: int
+    warmups: int
+    repeat: int
+    retest: int
+    bw_unit: str
+    # outputs
+    output: str | None
+    overwrite: bool
+    db: str | None
+    tag: str | None
+    prometheus: str | None
+    baseline: str | None
+
+
 def parse(argv=None):
     args = parser().parse_args(argv)
-    args.topology_of = (topology.parse(args.topology) if args.topology not in (None, "none")
-                        else None)
+    switches = topology.parse(args.topology) if args.topology not in (None, "none") else None
     if args.output:
         kind = results.output_format(args.output)
         if kind == ".csv":
             raise UsageError("--output: doctor.py writes .jsonl or .json (its records are not a "
                              "table of sizes)")
-    return args
+    return frozen(DoctorSettings, args, topology_of=switches)

@@ -26,11 +26,12 @@ from ..comm import init_comm
 from ..errors import BenchmarkError, UsageError
 from ..guard import agree_to_go_on, stall_deadline
 from ..entry import exit_without_finalising, guarded
+from ..settings import frozen
 from ..table import note
 from ..trace.capture import Tracer
 from . import dsconfig, sweep
 from .accounting import OPS, Recorder
-from .flags import check_backend, check_shape, comm_args, parser
+from .flags import BenchSettings, check_backend, check_shape, comm_args, parser
 from .memory import PeakMemory, release_memory, settle_malloc
 from .model import ModelConfig
 from .output import open_output, report, report_sweep
@@ -327,7 +328,8 @@ def variants(run):
 
 
 def run_all(args):
-    user = user_config(args)
+    user = user_config(args)  # the Namespace settled from --ds-config, then frozen
+    args = frozen(BenchSettings, args)
     malloc = settle_malloc(args)
     check_backend(args, args.backend)  # ccl only when asked for (comm_args): before it starts
     comm = init_comm(args.local_rank, comm_args(args))

@@ -3,6 +3,7 @@ the world size or the backend (a model the strategies cannot split, a ZeRO stage
 not run)."""
 
 import argparse
+from dataclasses import dataclass
 
 import torch
 
@@ -92,6 +93,38 @@ def parser():
     p.add_argument("--timeout", type=_seconds, default=300,
                    help="seconds a rank waits for its peers (default %(default)s)")
     return p
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """parallel_bench.py's command line, typed and frozen (parser()'s flags, one field each),
+    once --ds-config has settled the strategy, the batch and the dtype (bench.user_config)."""
+    local_rank: int | None
+    strategy: list  # the strategies in run order (every one without --strategy)
+    hidden: int
+    layers: int
+    heads: int
+    vocab: int
+    seq: int
+    micro_batch: int
+    micro_batches: int
+    dtype: str
+    steps: int
+    warmup: int
+    seed: int
+    stage3_live: int
+    ds_config: str | None
+    ds_config_sweep: object
+    malloc_mmap_threshold: int | None
+    output: str | None
+    overwrite: bool
+    db: str | None
+    tag: str | None
+    prometheus: str | None
+    trace: str | None
+    device: str | None
+    backend: str | None
+    timeout: float
 
 
 def comm_args(args):

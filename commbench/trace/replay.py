@@ -9,6 +9,7 @@ Every bad trace is found before the process group starts, alike on every rank: o
 import os
 import statistics
 import sys
+from dataclasses import dataclass
 
 import torch
 import torch.distributed
@@ -23,11 +24,35 @@ from ..launch import discover_launch_env
 from ..memory import per_rank_memory
 from ..numbers import float_in, int_at_least
 from ..results import FORMATS, open_lines
+from ..settings import frozen
 from ..table import convert_size, emit, note, output_failure, print_rank_0
 from . import agree, summary
 from .engine import Replayer, bytes_in_flight
 from .formats import FORMAT_NAMES, read
 from .model import KINDS, TraceError
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    """replay.py's command line, typed and frozen (parser()'s flags, one field each)."""
+    trace: str
+    local_rank: int | None
+    dist: str
+    backend: str | None
+    device: str | None
+    timeout: float
+    warmup: int
+    repeat: int
+    pace: bool
+    check: bool
+    per_trial: bool
+    dry_run: bool
+    top: int
+    output: str | None
+    overwrite: bool
+    db: str | None
+    tag: str | None
+    prometheus: str | None
 
 
 def parser():
@@ -157,7 +182,6 @@ def open_output(args, comm, trace):
     if comm.global_rank == 0 and args.output:
         try:
             writer = open_lines(args.output, args.overwrite, meta(args, comm, trace), FORMATS)
-            args.output = writer.path
         except (OSError, BenchmarkError) as error:
             failure = f"cannot write --output {args.output}: " \
                       f"{getattr(error, 'strerror', None) or error}"
@@ -352,7 +376,7 @@ def main(argv=None):
     from ..entry import exit_without_finalising, guarded
 
     def body():
-        args = parser().parse_args(argv)
+        args = frozen(ReplaySettings, parser().parse_args(argv))
         if args.dry_run:
             dry_run(args)
         else:
