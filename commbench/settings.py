@@ -95,12 +95,6 @@ class Settings:
         return replace(self, **changes)
 
     @property
-    def sweeps_bytes(self):
-        """Whether the sizes are given in bytes (--min-bytes/--max-bytes/--step-factor, settled
-        to all three) rather than as exponents."""
-        return self.min_bytes is not None
-
-    @property
     def adaptive(self):
         """Whether --precision measures each size until its interval is tight enough."""
         return self.precision is not None

@@ -160,21 +160,9 @@ def test_a_host_suspect_behind_a_suspect_switch_is_retested_inside_it():
     hosts; host 1 too, its partner there). Retested against hosts outside, they crossed the
     slow uplink and were named beside the switch; they meet their own switch's hosts instead, at
     full speed there, and are cleared."""
-    figures = Figures([f"n{h}" for h in range(16)], 0.5)
-    figures.leaf = [h // 4 for h in range(16)]
-    figures.switch_names = ["s1", "s2", "s3", "s4"]
-    rounds = [[(h, h + 1) for h in range(0, 16, 2)],  # inside the switches
-              [(h, h + 4) for h in range(0, 16, 8) for h in range(h, h + 4)],
-              [(h, (h + 8) % 16) for h in range(8)]]
-    for number, pairs in enumerate(rounds):
-        for a, b in pairs:
-            across = figures.leaf[a] != figures.leaf[b]
-            gbps = 0.3 if across and 0 in (figures.leaf[a], figures.leaf[b]) else \
-                (4.8 if 0 in (a, b) else 6.0 + 0.01 * (a + b))
-            bw = gbps * GBPS
-            figures.measured.append((number, a, b, Link(20e-6, bw, bw, 2 * bw)))
-            figures.links[(a, b)] = figures.measured[-1][3]
-    judgement = fleet.first_pass(figures)
+    figures, judgement = _sixteen_behind_four(
+        lambda a, b, across: 0.3 if across and 0 in (a // 4, b // 4)
+        else 4.8 if 0 in (a, b) else 6.0 + 0.01 * (a + b))
     # hosts 0 and 1 (their inside pair the slow one), and the switch
     assert sorted((f.kind, f.hosts[0]) for f in judgement.suspects) == \
         [("host", 0), ("host", 1), ("switch", 0)], [f.text for f in judgement.suspects]
@@ -196,7 +184,7 @@ def test_a_host_suspect_behind_a_suspect_switch_is_retested_inside_it():
 
 def _sixteen_behind_four(gbps_of):
     """The screen's first pass over 16 hosts behind 4 switches of 4, each pair at gbps_of(a, b,
-    across)."""
+    across): the figures and the judgement."""
     figures = Figures([f"n{h}" for h in range(16)], 0.5)
     figures.leaf = [h // 4 for h in range(16)]
     figures.switch_names = ["s1", "s2", "s3", "s4"]
@@ -208,8 +196,11 @@ def _sixteen_behind_four(gbps_of):
             bw = gbps_of(a, b, figures.leaf[a] != figures.leaf[b]) * GBPS
             figures.measured.append((number, a, b, Link(20e-6, bw, bw, 2 * bw)))
             figures.links[(a, b)] = figures.measured[-1][3]
-    judgement = fleet.first_pass(figures)
-    return sorted((f.kind, f.hosts) for f in judgement.suspects)
+    return figures, fleet.first_pass(figures)
+
+
+def _suspects(gbps_of):
+    return sorted((f.kind, f.hosts) for f in _sixteen_behind_four(gbps_of)[1].suspects)
 
 
 def test_one_noisy_pair_inside_a_switch_does_not_hide_its_slow_uplink():
@@ -218,13 +209,13 @@ def test_one_noisy_pair_inside_a_switch_does_not_hide_its_slow_uplink():
     inside fell below -3 and the switch was not suspected; hosts 0 and 1 were named as hosts and
     hosts 2 and 3's links outside as slow links. Inside is now also fine at half way back from
     the switch's z outside (-39)."""
-    found = _sixteen_behind_four(lambda a, b, across: 0.3 if across and 0 in (a // 4, b // 4)
+    found = _suspects(lambda a, b, across: 0.3 if across and 0 in (a // 4, b // 4)
                                  else 2.2 if {a, b} == {0, 1} else 6.0 + 0.01 * (a + b))
     assert found == [("host", (0,)), ("host", (1,)), ("switch", (0, 1, 2, 3))], found
 
 
 def test_two_slow_hosts_behind_one_switch_are_hosts_not_the_switch():
-    found = _sixteen_behind_four(lambda a, b, across: 0.3 if {a, b} & {0, 1}
+    found = _suspects(lambda a, b, across: 0.3 if {a, b} & {0, 1}
                                  else 6.0 + 0.01 * (a + b))
     assert found == [("host", (0,)), ("host", (1,))], found
 

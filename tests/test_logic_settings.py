@@ -61,7 +61,6 @@ def test_derived_defaults_are_settled_at_parse_time():
     settings = Settings.of(parse("--max-bytes", "1M"))
     assert (settings.scan, settings.min_bytes, settings.max_bytes, settings.step_factor) == \
         (True, defaults.DEFAULT_MIN_BYTES, 1 << 20, defaults.DEFAULT_STEP_FACTOR)
-    assert settings.sweeps_bytes
     settings = Settings.of(parse("--precision", "5%", "--check-every", "--split", "2"))
     assert settings.adaptive and settings.max_windows == defaults.DEFAULT_MAX_WINDOWS
     assert settings.check and settings.layouts == ["split"]
