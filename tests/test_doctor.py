@@ -191,41 +191,39 @@ def run_by_hand(name, subnet, count, *args, timeout=240):
 
 
 @serial
-def test_the_screen_of_sixteen_hosts_healthy_then_a_slow_uplink_and_a_slow_host(hosts,
-                                                                               tmp_path):
+def test_the_screen_of_sixteen_hosts_names_a_slow_uplink_and_a_slow_host_and_nothing_else(
+        hosts, tmp_path):
     """16 hosts behind 4 switches of 4 (--topology from sim-hosts.sh), --plan screen, one rank
-    each. Healthy: 3 rounds of 8 disjoint pairs (the first inside the switches, the next two
-    across), nothing named, exit 0. Then switch 1's uplink at 1 Gbit (its hosts at full speed
-    among themselves, slow to all outside) and host 11, behind switch 3, at 300 Mbit: switch s1
-    named as the switch (none of its hosts) and host 11 as a host, each confirmed by its retests
-    beside control pairs, exit 1; with --fleet-wide, the other 11 hosts' all_reduce after."""
+    each; switch 1's uplink at 1 Gbit (its hosts at full speed among themselves, slow to all
+    outside) and host 11, behind switch 3, at 300 Mbit. The screen: 3 rounds of 8 disjoint pairs
+    (the first inside the switches, the next two across); switch s1 named as the switch (none of
+    its hosts) and host 11 as a host, each confirmed by its retests beside control pairs, and
+    none of the other 11 hosts or their links (the healthy fleet's no-false-alarm check at this
+    scale: a healthy run of these 16 repeated it at twice the time), exit 1; with --fleet-wide,
+    the other 11 hosts' all_reduce after. (A healthy screen in-process: test_logic_doctor_screen;
+    healthy hosts end to end: test_three_hosts_of_two_ranks_healthy.)"""
     name, subnet = hosts(16, per_switch=4)
     conf = tmp_path / "topology.conf"
     conf.write_text(subprocess.run([str(SIM_HOSTS), "topology", name], check=True,
                                    capture_output=True, text=True).stdout)
-    flags = [*QUICK, "--plan=screen", "--seed=4", f"--topology={conf}"]
-    output = tmp_path / "healthy.jsonl"
-    (stdout, stderr), statuses = run_by_hand(name, subnet, 16, *flags, f"--output={output}")
-    assert statuses == [0] * 16, stdout + stderr
+    subprocess.run([str(SIM_HOSTS), "slow-uplink", name, "1", "1gbit"], check=True,
+                   capture_output=True)
+    slow_host(name, 11, "300mbit")
+    output = tmp_path / "faults.jsonl"
+    (stdout, stderr), statuses = run_by_hand(name, subnet, 16, *QUICK, "--plan=screen",
+                                             "--seed=4", f"--topology={conf}", "--fleet-wide",
+                                             f"--output={output}")
+    assert statuses == [1] * 16, stdout + stderr
     assert "the screen: 3 rounds of disjoint pairs of hosts (--seed 4, across switches)" in \
         stderr
     _, records, final = verdict_of(output, stdout + stderr)
-    assert final["healthy"] and findings(stderr) == [], stdout + stderr
-    pairs = [r for r in records if r.get("phase") == "pairs"]
+    pairs = [r for r in records if r.get("phase") == "pairs"]  # the screen's (retests apart)
     for number in range(3):
         hosts_of = sorted(h for r in pairs if r["round"] == number for h in r["hosts"])
         assert hosts_of == sorted(f"{name}{i}" for i in range(1, 17))  # a perfect matching
         inside = [(int(a[len(name):]) - 1) // 4 == (int(b[len(name):]) - 1) // 4
                   for r in pairs if r["round"] == number for a, b in (r["hosts"],)]
         assert all(inside) if number == 0 else not any(inside), (number, pairs)
-    subprocess.run([str(SIM_HOSTS), "slow-uplink", name, "1", "1gbit"], check=True,
-                   capture_output=True)
-    slow_host(name, 11, "300mbit")
-    output = tmp_path / "faults.jsonl"
-    (stdout, stderr), statuses = run_by_hand(name, subnet, 16, *flags, "--fleet-wide",
-                                             f"--output={output}")
-    assert statuses == [1] * 16, stdout + stderr
-    _, records, final = verdict_of(output, stdout + stderr)
     assert (final["suspect_switches"], final["suspect_hosts"], final["suspect_links"],
             final["suspect_groups"], final["unreachable"]) == \
         (["s1"], [f"{name}11"], [], [], []), stdout + stderr
