@@ -84,17 +84,20 @@ def read_results(path):
 
 # Each layer at 2 and at 3 ranks, each of these launchers at least once (3 ccl ranks poll 2
 # cores: 10 s a run); test_oneccl_under_open_mpi_and_slurm crosses both layers and both world
-# sizes again under Open MPI and srun.
+# sizes again under Open MPI and srun. In one run of each layer no --backend is given: ccl is
+# what the suite detects on CPU once the bindings import, as DeepSpeed decides it.
 @serial
-@pytest.mark.parametrize("launcher,dist,nproc", [
-    ("torchrun", "deepspeed", 2), ("deepspeed", "deepspeed", 3), ("deepspeed", "torch", 2),
-    ("mpirun", "torch", 3)])
-def test_six_ops_on_oneccl(ccl, tmp_path, launcher, dist, nproc):
+@pytest.mark.parametrize("launcher,dist,nproc,backend", [
+    ("torchrun", "deepspeed", 2, "ccl"), ("deepspeed", "deepspeed", 3, "detected"),
+    ("deepspeed", "torch", 2, "detected"), ("mpirun", "torch", 3, "ccl")])
+def test_six_ops_on_oneccl(ccl, tmp_path, launcher, dist, nproc, backend):
     """run_all's six ops over oneCCL, float32 and bfloat16, every element checked: 0 wrong,
-    exit 0 (DeepSpeed's layer crashed every rank at exit before the suite's teardown)."""
+    exit 0 (DeepSpeed's layer crashed every rank at exit before the suite's teardown); the
+    start-up line says which backend is measured (detected, or asked for)."""
     output = tmp_path / "ccl.jsonl"
     shm_before = set(Path("/dev/shm").iterdir())
-    result = start("run_all.py", "--device=cpu", "--backend=ccl", f"--dist={dist}", "--scan",
+    asked = [] if backend == "detected" else [f"--backend={backend}"]
+    result = start("run_all.py", "--device=cpu", *asked, f"--dist={dist}", "--scan",
                    "--maxsize=5", "--trials=3", "--warmups=1", "--check",
                    "--dtype=float32,bfloat16", f"--output={output}", nproc=nproc,
                    launcher=launcher)
@@ -241,18 +244,6 @@ def test_a_sigstopped_rank_mid_training_is_named_by_parallel_bench_own_deadline(
 
 
 # ------------------------------------------------------------------ detection and settings
-
-@serial
-@pytest.mark.parametrize("launcher,dist", [("torchrun", "torch"), ("deepspeed", "deepspeed")])
-def test_detected_on_cpu_when_the_bindings_import(ccl, launcher, dist):
-    """No --backend on CPU: ccl, as DeepSpeed decides it (the bindings import), in both layers;
-    the start-up line says which backend is measured."""
-    result = start("all_reduce.py", "--device=cpu", f"--dist={dist}", "--scan", "--maxsize=4",
-                   "--trials=3", "--check", launcher=launcher)
-    assert result.returncode == 0, result
-    assert "backend ccl, device cpu, 2 ranks" in result.stderr
-    assert all(row.extra == ["0"] for row in result.table("all_reduce").rows)
-
 
 @serial
 def test_a_users_own_oneccl_settings_win(ccl, tmp_path):
