@@ -28,22 +28,28 @@ def shm_left(result):
     return sorted(p.name for p in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))
 
 
-@pytest.mark.parametrize("dist", ["deepspeed", "torch"])
-def test_deepspeed_launcher(run, dist):
-    """And DeepSpeed's layer leaves nothing in /dev/shm at 2 ranks (below: 3)."""
-    result = run("all_reduce.py", "--scan", "--maxsize=5", "--trials=2", f"--dist={dist}",
+def test_deepspeed_launcher_torch_layer(run):
+    result = run("all_reduce.py", "--scan", "--maxsize=5", "--trials=2", "--dist=torch",
                  nproc=2, launcher="deepspeed")
     assert result.returncode == 0, result
     table = result.table("all_reduce")
     assert table.devices == 2 and len(table.rows) == 4
-    assert shm_left(result) == []
+    assert "commbench: torch (torch.distributed)" in result.stderr, result
 
 
 def test_deepspeed_launcher_run_all_default_dist(run):
-    """`deepspeed --num_gpus 2 run_all.py --scan`: the README's main job, in small."""
-    result = run("run_all.py", "--scan", "--maxsize=4", "--trials=2", nproc=2, launcher="deepspeed")
+    """`deepspeed --num_gpus 3 run_all.py --scan`: the README's main job, in small, on
+    DeepSpeed's layer (the default) at 3 ranks. DeepSpeed's CPU shm op (its ranks all on one
+    host: the deepspeed launcher sets LOCAL_SIZE) creates a ~66 MB file per rank in /dev/shm,
+    named by the master port, and never removes it; the suite unlinks them once every rank has
+    mapped them, so the run leaves no memory behind."""
+    result = run("run_all.py", "--scan", "--maxsize=4", "--trials=2", nproc=3,
+                 launcher="deepspeed")
     assert result.returncode == 0, result
     assert result.ops == OPS
+    assert "commbench: deepspeed (deepspeed.comm)" in result.stderr, result
+    assert result.table("all_reduce").devices == 3 and len(result.table("all_reduce").rows) == 3
+    assert shm_left(result) == []
 
 
 @pytest.mark.parametrize("dist", ["deepspeed", "torch"])
@@ -70,17 +76,6 @@ def test_stdout_is_only_the_table(run):
     assert lines[0] == "" and lines[1].startswith("---- Performance of all_gather on 1 devices")
     assert len(lines) == 4 + 2
     assert "Warning" not in result.stderr and "deprecated" not in result.stderr
-
-
-def test_deepspeed_leaves_nothing_in_dev_shm(run):
-    """DeepSpeed's CPU shm op (its ranks all on one host: the deepspeed launcher sets LOCAL_SIZE)
-    creates a ~66 MB file per rank in /dev/shm, named by the master port, and never removes it;
-    the suite unlinks them once every rank has mapped them, so a run leaves no memory behind (at
-    2 ranks: test_deepspeed_launcher)."""
-    result = run("all_reduce.py", "--scan", "--maxsize=5", "--trials=2", "--dist=deepspeed",
-                 nproc=3, launcher="deepspeed")
-    assert result.returncode == 0, result
-    assert shm_left(result) == []
 
 
 def test_parallel_bench_zero_leaves_nothing_in_dev_shm(run):
