@@ -10,8 +10,9 @@ import pytest
 
 from support import assert_no_traceback, launch, require_ccl
 
-# Run alone (make test's second part): two runs of one command must meet the same machine.
-pytestmark = pytest.mark.serial
+# The runs compared with each other run alone (make test's second part): two runs of one command
+# must meet the same machine. The others read one run's records, and run beside other tests.
+serial = pytest.mark.serial
 
 KIB = 1024
 
@@ -66,6 +67,7 @@ def test_repeat_with_check_stats_and_budget_keeps_the_column_order(run):
         assert row.extra[-1] == "0"
 
 
+@serial
 def test_same_command_compares_as_no_significant_difference(run, tmp_path):
     """Three runs of one command (pinned, 5 windows a size), compared in pairs: at most 25% of
     the sizes are marked over the three pairs (measured here: 10%, 6 of 60; a 95% interval
@@ -96,6 +98,7 @@ def test_same_command_compares_as_no_significant_difference(run, tmp_path):
                          r"\[[+-]\d+%, [+-]\d+%\]", verdict), verdict
 
 
+@serial
 def test_injected_delay_is_named_with_an_interval_that_holds_it(run, tmp_path):
     """Rank 1 waits 3 ms before every trial in B: the sizes are slower and marked, and the
     interval of B - A holds the 3 ms at most sizes. A late rank adds its delay and can add more
@@ -168,6 +171,7 @@ def test_odd_windows_are_named():
     assert odd_window([1.0, 2.0]) is None  # two windows: no telling which is odd
 
 
+@serial
 @pytest.mark.parametrize("backend", ["gloo", "ccl"])
 def test_ten_runs_of_one_command_claim_no_change_and_a_delay_is_named(tmp_path, capsys,
                                                                         backend):
