@@ -4,10 +4,12 @@ stderr, the exit status); free ports, launcher command lines, memory cgroups, ro
 Test files import from here (`from support import launch`); conftest.py holds only pytest's
 hooks and fixtures, which use these."""
 
+import json
 import os
 import random
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -252,13 +254,141 @@ def rank_env(rank, nproc, port, **extra):
                        "MASTER_PORT": str(port), **extra})
 
 
+# Hand-started ranks come from a fork server that has imported torch (tests/forkserver.py:
+# what each rank would pay again, most of a short run's cost), unless the test's environment
+# changes what Python or the OpenMP runtime read as they start, or COMMBENCH_TEST_FORK=0.
+_FRESH_PREFIXES = ("PYTHON", "OMP_", "KMP_", "GOMP_", "MKL_", "LD_", "MALLOC_", "TORCH_CPP_")
+
+
+def fresh(env, preexec_fn=None):
+    """Whether a rank with these extra variables must start as a new interpreter."""
+    return (preexec_fn is not None or os.environ.get("COMMBENCH_TEST_FORK", "1") == "0"
+            or any(name.startswith(_FRESH_PREFIXES) for name in (env or {})))
+
+
+class Forked:
+    """A rank forked by the fork server, as much of subprocess.Popen as the tests use: pid,
+    poll, wait, kill, send_signal, communicate, returncode, text stdout and stderr."""
+
+    def __init__(self, server, cmd, env):
+        self.args, self.returncode = cmd, None
+        ends = [os.pipe(), os.pipe()]
+        stdin = os.open(os.devnull, os.O_RDONLY)
+        self._connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._connection.connect(server)
+            request = {"argv": cmd[1:], "env": env, "cwd": str(ROOT)}
+            socket.send_fds(self._connection, [json.dumps(request).encode()],
+                            [stdin, ends[0][1], ends[1][1]])
+            self.pid = int(self._connection.recv(64))
+        finally:
+            for fd in (stdin, ends[0][1], ends[1][1]):
+                os.close(fd)
+        self.stdout = open(ends[0][0], encoding="utf-8", errors="replace")
+        self.stderr = open(ends[1][0], encoding="utf-8", errors="replace")
+
+    def poll(self):
+        if self.returncode is None:
+            self._connection.setblocking(False)
+            try:
+                self._status(self._connection.recv(64))
+            except BlockingIOError:
+                pass
+            finally:
+                self._connection.setblocking(True)
+        return self.returncode
+
+    def _status(self, answer):
+        # no answer: the waiter itself died (the fork server killed): the rank is gone too
+        self.returncode = int(answer) if answer else -signal.SIGKILL
+        self._connection.close()
+
+    def wait(self, timeout=None):
+        if self.returncode is None:
+            self._connection.settimeout(timeout)
+            try:
+                self._status(self._connection.recv(64))
+            except socket.timeout:
+                raise subprocess.TimeoutExpired(self.args, timeout) from None
+        return self.returncode
+
+    def send_signal(self, number):
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, number)
+            except ProcessLookupError:
+                pass
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self):
+        self.send_signal(signal.SIGTERM)
+
+    def communicate(self, timeout=None):
+        """Both streams read to their end (at once: a rank blocked on a full pipe would stall),
+        then the status; TimeoutExpired past `timeout`, the rank left running, as Popen's."""
+        if not hasattr(self, "_read"):
+            self._read = {}
+            self._readers = [threading.Thread(target=self._drain, args=(name,), daemon=True)
+                             for name in ("stdout", "stderr")]
+            for reader in self._readers:
+                reader.start()
+        end = None if timeout is None else time.monotonic() + timeout
+        for reader in self._readers:
+            reader.join(None if end is None else max(0.0, end - time.monotonic()))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        self.wait(None if end is None else max(0.0, end - time.monotonic()))
+        return self._read["stdout"], self._read["stderr"]
+
+    def _drain(self, name):
+        with getattr(self, name) as stream:
+            self._read[name] = stream.read()
+
+
+_SERVER = {}
+
+
+def _fork_server():
+    """This process's fork server (one per pytest worker), started on first use; it ends when
+    this process does (it watches its parent), and at exit it is killed by pid."""
+    if "path" not in _SERVER:
+        import atexit
+        import tempfile
+        folder = tempfile.mkdtemp(prefix="commbench-forkserver-")
+        path = os.path.join(folder, "socket")
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("forkserver.py")),
+                                 path], cwd=ROOT, env=base_env(), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, text=True)
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("the tests' fork server did not start")
+
+        def stop():
+            proc.kill()
+            proc.wait()
+            shutil.rmtree(folder, ignore_errors=True)
+        atexit.register(stop)
+        _SERVER["path"] = path
+    return _SERVER["path"]
+
+
+def spawn(cmd, env, preexec_fn=None, fresh=False):
+    """`cmd` (sys.executable and a script at the root with its arguments) as a rank: forked
+    from the fork server, or, `fresh`, a new interpreter (subprocess.Popen)."""
+    if fresh or cmd[0] != sys.executable or cmd[1].startswith("-"):
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                                preexec_fn=preexec_fn)
+    return Forked(_fork_server(), cmd, env)
+
+
 def launch_ranks(cmd, nproc, port, env=None, timeout=240, preexec_fn=None):
     """Start `nproc` ranks of `cmd` (a Python command line) by hand, each with rank_env(), and
     wait for all: (exit status, stdout, stderr) with the ranks' outputs in rank order and the
     first non-zero status in rank order. Every rank is killed when the timeout passes."""
-    procs = [subprocess.Popen(cmd, cwd=ROOT, env=rank_env(rank, nproc, port, **(env or {})),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              stdin=subprocess.DEVNULL, preexec_fn=preexec_fn)
+    procs = [spawn(cmd, rank_env(rank, nproc, port, **(env or {})), preexec_fn,
+                   fresh=fresh(env, preexec_fn))
              for rank in range(nproc)]
     # Every rank's pipes are read at once: a rank blocked on a full pipe would hold the others
     # in their next collective.
@@ -304,6 +434,15 @@ def launch(script, *args, nproc=1, launcher=None, env=None, timeout=240, preexec
         return Run(cmd, status, stdout, stderr, parse_tables(stdout))
     environment = base_env(**{"MASTER_PORT": str(port), **(env or {})})
     cmd = launcher_command(launcher, nproc, port, environment["PATH"]) + arguments
+    if launcher == "python":
+        proc = spawn(cmd, environment, preexec_fn, fresh=fresh(env, preexec_fn))
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+        return Run(cmd, proc.returncode, stdout, stderr, parse_tables(stdout))
     proc = subprocess.run(cmd, cwd=ROOT, env=environment, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL, preexec_fn=preexec_fn)
     return Run(cmd, proc.returncode, proc.stdout, proc.stderr, parse_tables(proc.stdout))
