@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from . import units
+
 FIELDS = ("comm_s", "compute_s", "total_s", "overlap_pct")
 # The compute phase: square matmuls of this dimension, as many as fill the pure collective's
 # time. Small enough on CPU (~0.1 ms a matmul on one core) to size a phase to a fraction of a
@@ -79,7 +81,7 @@ class Compute:
                  if self.comm.device.type == "cpu" else
                  f"the default stream of {self.comm.device}, beside the collective's own stream")
         return (f"--overlap: the compute phase is {self.dim}x{self.dim} float32 matmuls, "
-                f"{self.seconds * 1e6:.1f} us each on rank {self.comm.global_rank}, in {where}")
+                f"{units.duration(self.seconds)} each on rank {self.comm.global_rank}, in {where}")
 
 
 def _wait(work):

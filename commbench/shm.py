@@ -19,6 +19,8 @@ import os
 import re
 import sys
 
+from . import units
+
 _ccl_endpoints = False
 _CCL_ENDPOINT = re.compile(r"(\d+):\d+:\d+")
 DEEPSPEED_BUFFER = "deepspeed_allreduce_buffer_"
@@ -105,6 +107,6 @@ def remove_leftovers():
     if names:
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
         print(f"commbench: removed {len(names)} file{'s' if len(names) > 1 else ''} "
-              f"({size / 2 ** 20:.0f} MiB) from /dev/shm that ranks killed in earlier runs left "
+              f"({units.size(size)}) from /dev/shm that ranks killed in earlier runs left "
               f"behind (their processes are gone): {shown}", file=sys.stderr, flush=True)
     return names

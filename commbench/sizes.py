@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from . import defaults
+from . import defaults, units
 from .check import CHECK_RESERVE
 from .collective import GATHERED, SPLIT, WHOLE
 from .dtypes import get_dtype
@@ -55,15 +55,6 @@ def _sweep_flag(args):
     return f"--maxsize {args.maxsize}"
 
 
-def _human(nbytes):
-    """1024-based, one decimal; a size that rounds to 1024 of a unit in the next (1.0 GiB, not
-    1024.0 MiB), as table.convert_size."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if round(nbytes, 1 if unit != "B" else 0) < 1024 or unit == "TiB":
-            return f"{nbytes:.1f} {unit}" if unit != "B" else f"{int(nbytes)} B"
-        nbytes /= 1024
-
-
 def cap_sweep(collective, numels, args, comm):
     """The sweep's sizes up to the largest whose buffers fit in a rank's usable memory now (90%
     of what the single-size plan starts from, the least over ranks), with one note naming the
@@ -83,7 +74,7 @@ def cap_sweep(collective, numels, args, comm):
         if fitting:
             largest = fitting[-1] * element_size
             note(comm, f"{_sweep_flag(args)}: {collective.name}'s buffers fit the {usable} B a "
-                       f"rank may use (90% of {source}) up to {_human(largest)} per rank "
+                       f"rank may use (90% of {source}) up to {units.size(largest)} per rank "
                        f"({fitting[-1]} elements of {args.dtype}); the sweep stops there, "
                        f"{short} size{'s' if short > 1 else ''} short")
         else:
@@ -185,9 +176,10 @@ def refuse_past_ceiling(collective, numels, args, comm):
         return
     within = _largest_within(collective, args, comm, ceiling, element_size)
     lift = " (at most 1)" if args.mem_factor < 1 else ""
-    raise UsageError(f"{_sweep_flag(args)} asks {collective.name} for {_human(asked)} per rank, "
-                     f"past a sweep's ceiling of {_human(ceiling)} ({factor:g} x the "
-                     f"{_human(memory)} a rank has: {source}; --mem-factor {args.mem_factor:g}); "
+    raise UsageError(f"{_sweep_flag(args)} asks {collective.name} for {units.size(asked)} per "
+                     f"rank, past a sweep's ceiling of {units.size(ceiling)} ({factor:g} x the "
+                     f"{units.size(memory)} a rank has: {source}; --mem-factor "
+                     f"{args.mem_factor:g}); "
                      f"{within} stays within it, a larger --mem-factor{lift} raises it")
 
 

@@ -138,6 +138,6 @@ def test_what_killed_ranks_left_in_dev_shm_goes_and_live_runs_keep_theirs(tmp_pa
     assert left == {"dead endpoint": False, "dead buffer": False, "live endpoint": True,
                     "live buffer": True}
     notes = [line for line in result.stderr.splitlines() if "from /dev/shm" in line]
-    assert notes == [f"commbench: removed 2 files (0 MiB) from /dev/shm that ranks killed in "
+    assert notes == [f"commbench: removed 2 files (8 KiB) from /dev/shm that ranks killed in "
                      f"earlier runs left behind (their processes are gone): "
                      f"{made['dead endpoint'].name}, {made['dead buffer'].name}"], result

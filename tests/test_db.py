@@ -81,7 +81,7 @@ def test_history_shows_the_run(two_ranks, capsys):
     assert report(["history", "--db", str(paths["db"]), "--op", "all_reduce"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("all_reduce float32 sum, torch gloo cpu, 2 ranks: small messages "
-                          "(16.0 B..1.0 KB, 7 sizes), latency")
+                          "(16 B..1 KiB, 7 sizes), latency")
     assert "verdict: no change claimed: 1 run is too few to judge one (it takes 10)" in out
     assert "all_gather" not in out
 

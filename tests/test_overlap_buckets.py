@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from commbench import units
 from support import ROOT, assert_no_traceback, launch
 
 
@@ -126,10 +127,7 @@ def table_rows(stdout):
 
 
 def label(nbytes):
-    for unit, scale in (("GiB", 1 << 30), ("MiB", MIB), ("KiB", 1024)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:g} {unit}"
-    return f"{nbytes} B"
+    return units.size(nbytes)
 
 
 def exposed_model(t, pct, grad, bucket, backward):
@@ -162,7 +160,7 @@ def test_bucket_arithmetic_on_a_recorded_curve():
         if best_exposed is None or expected < best_exposed:
             best, best_exposed = size, expected
     assert f"Best bucket size: {label(best)} ({grad // best} buckets, " \
-           f"{best_exposed * 1e3:.3f} ms exposed per step)." in result.stdout
+           f"{units.duration(best_exposed)} exposed per step)." in result.stdout
     assert "DDP default (bucket_cap_mb=25)" in result.stdout
     assert "DeepSpeed reduce_bucket_size default (5e8 elements x 4 B)" in result.stdout
 
@@ -198,8 +196,8 @@ def test_buckets_on_a_fresh_scan_with_overlap(tmp_path):
     assert scan.returncode == 0, scan
     plot = tmp_path / "buckets.png"
     result = buckets(output, "--grad-mb=1", "--backward-ms=5", f"--plot={plot}")
-    assert re.search(r"^Best bucket size: [\d.]+ (B|KiB|MiB) \(\d+ buckets, [\d.]+ ms exposed per "
-                     r"step\)\.$", result.stdout, re.M), result
+    assert re.search(r"^Best bucket size: [\d.]+ (B|KiB|MiB) \(\d+ buckets, [\d.]+ (us|ms|s) "
+                     r"exposed per step\)\.$", result.stdout, re.M), result
     assert "hidden share: the run's --overlap figures" in result.stdout
     assert plot.stat().st_size > 10_000
 

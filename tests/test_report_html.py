@@ -221,7 +221,7 @@ def test_one_run(runs, tmp_path):
     store.close()
     made = html(runs["gloo"], "--db", db, output=page)
     assert made.returncode == 0, made.stderr
-    assert re.search(rf"wrote {re.escape(str(page))} \(\d+ KiB\)", made.stderr)
+    assert re.search(rf"wrote {re.escape(str(page))} \([\d.]+ (KiB|MiB)\)", made.stderr)
     dom, tables = opened(page, tmp_path)
     assert shown(tables) == results_of(runs["gloo"])  # every op, size and duration
     assert set(shown(tables)) == {"all_reduce", "all_gather", "all_to_all", "reduce_scatter",
@@ -398,7 +398,7 @@ def test_sizes_in_one_run_and_a_verdict_on_few_sizes(tmp_path):
     for where in (_between(text, 'id="summary"', 'id="runs"'),
                   _between(text, 'id="comparison"', 'class="compare"')):
         assert "adds" in where or "faster" in where or "nothing" in where, where
-        assert '<div class="note">sizes only in A (not compared): 2.0 MB</div>' in where
-        assert ('<div class="note">the large-message verdict rests on 1 size: 1.0 MB '
+        assert '<div class="note">sizes only in A (not compared): 2 MiB</div>' in where
+        assert ('<div class="note">the large-message verdict rests on 1 size: 1 MiB '
                 '(fewer than 3)</div>') in where
         assert "only in B" not in where

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from commbench import table
+from commbench import table, units
 from commbench.settings import Settings
-from commbench.report import compare, html
 from support import ROOT, launch
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -89,9 +88,7 @@ def test_a_trace_file_given_to_replay_names_the_directory_it_is_in(tmp_path):
                                        (1024, "1.0 KB"), (1 << 20, "1.0 MB"), (1023, "1023.0 B")])
 def test_a_size_that_rounds_to_1024_of_a_unit_is_shown_in_the_next(size, text):
     assert table.convert_size(size) == text
-    assert html.human_size(size) == text.replace("1023.0 B", "1023 B")
-    assert compare.human_size(size) == text.replace(".0", "").replace("B", "iB") \
-        .replace(" iB", " B")
+    assert units.size(size) == text.replace(".0", "").replace("B", "iB").replace(" iB", " B")
 
 
 def test_reduce_scatter_on_3_ranks_prints_its_megabyte_as_the_others(run):

@@ -11,7 +11,7 @@ after T, plus that, is the exposed communication of the step. Standard library o
 import math
 from dataclasses import dataclass, field
 
-from .. import results
+from .. import results, units
 from .runs import ReportError
 from .strategy import Curves
 
@@ -130,8 +130,9 @@ def advise(path, grad_mb, backward_ms=None, min_bucket=None):
             advice.rows.append(evaluate(curves, grad_bytes, size, backward_s, overlap))
     if not advice.rows:
         sizes = sorted({r["size_bytes"] for r in mine})
-        raise ReportError(f"{path}: no measured size from {_size(lowest)} to {grad_mb:g} MiB of "
-                          f"gradients (the curve has {_size(sizes[0])} to {_size(sizes[-1])}); "
+        raise ReportError(f"{path}: no measured size from {units.size(lowest)} to {grad_mb:g} MiB "
+                          f"of gradients (the curve has {units.size(sizes[0])} to "
+                          f"{units.size(sizes[-1])}); "
                           "give another --grad-mb or --min-bucket, or scan those sizes")
     for name, bucket in (("DDP default (bucket_cap_mb=25)", DDP_DEFAULT_BYTES),
                          (f"DeepSpeed reduce_bucket_size default (5e8 elements x "
@@ -144,23 +145,16 @@ def advise(path, grad_mb, backward_ms=None, min_bucket=None):
     return advice
 
 
-def _size(nbytes):
-    for unit, scale in (("GiB", 1 << 30), ("MiB", MIB), ("KiB", 1024)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:g} {unit}"
-    return f"{nbytes} B"
-
-
 def _ms(seconds):
     return "-" if seconds is None else f"{seconds * 1e3:.3f}"
 
 
 def render(advice):
     exposed = advice.backward_s is not None
-    lines = [f"Gradients: {_size(advice.grad_bytes)} per step" +
+    lines = [f"Gradients: {units.size(advice.grad_bytes)} per step" +
              (f", backward {advice.backward_s * 1e3:g} ms" if exposed else "") +
              (f"; hidden share: {advice.overlap_source}" if exposed else ""),
-             f"Measured bucket sizes from {_size(advice.smallest)} up to the gradients "
+             f"Measured bucket sizes from {units.size(advice.smallest)} up to the gradients "
              "(--min-bucket for smaller ones).", ""]
     head = f"{'bucket':>12} {'buckets':>8} {'comm/step (ms)':>15}"
     head += f" {'exposed/step (ms)':>18}" if exposed else ""
@@ -168,20 +162,22 @@ def render(advice):
     named = [(row, "") for row in advice.rows] + \
         [(row, f" <- {name.split(' (')[0]}") for name, row in advice.defaults.items()]
     for row, tag in named:
-        text = (f"{_size(row.bucket):>12} {row.buckets:>8} {_ms(row.comm_s):>15}" +
+        text = (f"{units.size(row.bucket):>12} {row.buckets:>8} {_ms(row.comm_s):>15}" +
                 (f" {_ms(row.exposed_s):>18}" if exposed else "") +
                 (" *" if row is advice.best else "") + tag +
                 (" (beyond the curve: extrapolated)" if row.extrapolated else ""))
         lines.append(text)
     best = advice.best
-    figure = (f"{_ms(best.exposed_s)} ms exposed per step" if exposed else
-              f"{_ms(best.comm_s)} ms of all_reduce per step")
-    lines += ["", f"Best bucket size: {_size(best.bucket)} ({best.buckets} buckets, {figure})."]
+    figure = (f"{units.duration(best.exposed_s)} exposed per step" if exposed else
+              f"{units.duration(best.comm_s)} of all_reduce per step")
+    lines += ["", f"Best bucket size: {units.size(best.bucket)} ({best.buckets} buckets, "
+                  f"{figure})."]
     for name, row in advice.defaults.items():
         mine = row.exposed_s if exposed else row.comm_s
         theirs = best.exposed_s if exposed else best.comm_s
         change = f"{(mine / theirs - 1) * 100:+.0f}%" if theirs > 0 else "n/a"
-        lines.append(f"{name}: {_size(row.bucket)} -> {_ms(mine)} ms ({change} against the best)" +
+        lines.append(f"{name}: {units.size(row.bucket)} -> {units.duration(mine)} ({change} "
+                     "against the best)" +
                      (", extrapolated beyond the curve" if row.extrapolated else ""))
     if not exposed:
         lines.append("Only the per-call cost counts without a backward time, so large buckets "
@@ -203,13 +199,13 @@ def plot(advice, output):
         axis.plot(sizes, [r.exposed_s * 1e3 for r in advice.rows], marker=".",
                   label="exposed per step")
     axis.axvline(advice.best.bucket, color="grey", linestyle="--",
-                 label=f"best: {_size(advice.best.bucket)}")
+                 label=f"best: {units.size(advice.best.bucket)}")
     axis.set_xscale("log", base=2)
     axis.xaxis.set_major_formatter(FuncFormatter(byte_label))
     axis.set_yscale("log")
     axis.set_xlabel("bucket size")
     axis.set_ylabel("ms per step")
-    axis.set_title(f"{_size(advice.grad_bytes)} of gradients")
+    axis.set_title(f"{units.size(advice.grad_bytes)} of gradients")
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize="small")
     figure.tight_layout()

@@ -19,7 +19,7 @@ Standard library only, but for `plot` and `html` (matplotlib, and Jinja2, import
 
 import sys
 
-from commbench import caches
+from commbench import caches, units
 from commbench.flags import Parser, prog
 from commbench.numbers import byte_count, float_in, int_at_least
 from commbench.report import buckets, doctor, history, html, measured, replays, strategy
@@ -227,7 +227,7 @@ def _run_buckets(args):
 
 def _run_html(args):
     written = html.write(args.runs, args.output, db=args.db, tag=args.tag)
-    print(f"{PROG}: wrote {args.output} ({written / 1024:.0f} KiB)", file=sys.stderr)
+    print(f"{PROG}: wrote {args.output} ({units.size(written)})", file=sys.stderr)
 
 
 def _run_compare(args):

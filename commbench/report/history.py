@@ -6,6 +6,7 @@ import math
 import os
 import sys
 
+from .. import units
 from ..db import history, store as stores
 from .runs import ReportError
 
@@ -40,16 +41,9 @@ def import_files(paths, where, tag):
     return count
 
 
-def _size(size):
-    for unit, scale in (("GB", 2 ** 30), ("MB", 2 ** 20), ("KB", 2 ** 10)):
-        if size >= scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{size:.1f} B"
-
-
 def figure(series, value):
     if series.metric == "latency":
-        return f"{value * 1e6:.3f} us" if value < 1e-3 else f"{value * 1e3:.3f} ms"
+        return units.duration(value)
     return f"{value / 1e9:.3f} GB/s"
 
 
@@ -60,8 +54,8 @@ def title(series):
                     if x)
     if groups:
         what += f" {groups} group {group}"
-    sizes = _size(series.sizes[0]) + (f"..{_size(series.sizes[-1])}" if len(series.sizes) > 1
-                                      else "")
+    sizes = units.size(series.sizes[0]) + (f"..{units.size(series.sizes[-1])}"
+                                           if len(series.sizes) > 1 else "")
     metric = "latency" if series.metric == "latency" else "bus bandwidth"
     return (f"{what}, {dist} {backend} {device}, {world} ranks: {band} messages ({sizes}, "
             f"{series.count} size{'s' if series.count > 1 else ''}), {metric}")

@@ -10,6 +10,7 @@ loss and, per op, the calls, bytes (the suite's Size convention) and time per st
 import json
 import math
 
+from .. import units
 from . import strategy
 from .runs import ReportError
 
@@ -147,12 +148,13 @@ def _where_wrong(row):
     for op, figures in row["ops"].items():
         estimated = figures["estimated_bytes"]
         if not estimated:
-            said.append(f"it has no {op}; {_mb(figures['bytes'])} per step were measured")
+            said.append(f"it has no {op}; {units.size(figures['bytes'])} per step were measured")
         elif abs(figures["bytes"] / estimated - 1) > OFF:
-            said.append(f"{op} {_mb(figures['bytes'])} per step measured against "
-                        f"{_mb(estimated)} estimated ({figures['bytes'] / estimated:.2f}x)")
+            said.append(f"{op} {units.size(figures['bytes'])} per step measured against "
+                        f"{units.size(estimated)} estimated ({figures['bytes'] / estimated:.2f}x)")
     for op, estimated in row["estimated_only"].items():
-        said.append(f"it expects {_mb(estimated)} of {op} per step, which the run never issued")
+        said.append(f"it expects {units.size(estimated)} of {op} per step, which the run never "
+                    "issued")
     if row["comm_ratio"] and abs(row["comm_ratio"] - 1) > 0.5:
         if row["comm_ratio"] < 1:
             why = "faster than alone: messages overlapping each other"
@@ -167,10 +169,6 @@ def _where_wrong(row):
     return said
 
 
-def _mb(value):
-    return f"{value / 2 ** 20:.3g} MiB"
-
-
 def _pct(ratio):
     return f"{(ratio - 1) * 100:+.0f}%"
 
@@ -183,8 +181,8 @@ def recommend(rows, base):
         return "Nothing was measured."
     best = max(rows, key=lambda r: r["tokens_per_s"])
     text = (f"{best['plan']} trains fastest: {best['tokens_per_s']:.0f} tokens/s (a step of "
-            f"{best['step_s'] * 1e3:.1f} ms), {_mb(best['memory_compared_bytes'])} of memory per "
-            f"rank{_what(best)}")
+            f"{units.duration(best['step_s'])}), {units.size(best['memory_compared_bytes'])} of "
+            f"memory per rank{_what(best)}")
     if base is not None and best is not base and base["bytes"]:
         text += (f"; against DDP {_pct(best['tokens_per_s'] / base['tokens_per_s'])} tokens/s, "
                  f"{_pct(best['memory_compared_bytes'] / base['memory_compared_bytes'])} memory, "
@@ -197,8 +195,8 @@ def recommend(rows, base):
         if row["memory_compared_bytes"] >= floor["memory_compared_bytes"]:
             continue
         text += (f"; {row['plan']} when memory must drop below "
-                 f"{_mb(floor['memory_compared_bytes'])} per rank: it measured "
-                 f"{_mb(row['memory_compared_bytes'])} "
+                 f"{units.size(floor['memory_compared_bytes'])} per rank: it measured "
+                 f"{units.size(row['memory_compared_bytes'])} "
                  f"({_pct(row['memory_compared_bytes'] / best['memory_compared_bytes'])}) at "
                  f"{_pct(row['tokens_per_s'] / best['tokens_per_s'])} tokens/s")
         floor = row
@@ -258,11 +256,13 @@ def render(analysis, form):
         for row in analysis["rows"]:
             traffic = _pct(row["bytes"] / base["bytes"]) if base["bytes"] else "-"
             lines.append(
-                f"| {row['plan']} | {row['step_s'] * 1e3:.1f} ms ({_pct(row['step_s'] / base['step_s'])}) "
+                f"| {row['plan']} | {units.duration(row['step_s'])} "
+                f"({_pct(row['step_s'] / base['step_s'])}) "
                 f"| {row['tokens_per_s']:.0f} ({_pct(row['tokens_per_s'] / base['tokens_per_s'])}) "
-                f"| {_mb(row['memory_compared_bytes'])} "
+                f"| {units.size(row['memory_compared_bytes'])} "
                 f"({_pct(row['memory_compared_bytes'] / base['memory_compared_bytes'])}) "
-                f"| {_mb(row['bytes'])} ({traffic}) | {row['exposed_comm_s'] * 1e3:.1f} ms "
+                f"| {units.size(row['bytes'])} ({traffic}) "
+                f"| {units.duration(row['exposed_comm_s'])} "
                 f"| {row['loss'][0]:.3f} -> {row['loss'][1]:.3f} |")
         lines.append("")
     lines += ["### Communication per step, measured (rank 0)", "",

@@ -1,15 +1,13 @@
 """`report.py plot`: bus bandwidth and latency against message size, one line per run.
 matplotlib is imported only here, when a plot is asked for."""
 
+from .. import units
 from .runs import ReportError, bandwidth, bandwidth_label, op_order
 
 
 def byte_label(value, _position=None):
-    """An axis tick in bytes a person reads: 512 B, 64 KiB, 16 MiB."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:g} {unit}"
-        value /= 1024
+    """An axis tick in bytes a person reads: 512 B, 64 KiB, 16 MiB (matplotlib's formatter)."""
+    return units.size(value)
 
 
 def pyplot():

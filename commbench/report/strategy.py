@@ -10,6 +10,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from .. import units
+
 GB = 1e9
 
 
@@ -276,15 +278,11 @@ def analyse(w, curves, measured_world_size=None):
             "recommendation": recommend(rows, w)}
 
 
-def _gb(value):
-    return f"{value / GB:.1f} GB"
-
-
 def _time(row):
     if row["comm_seconds_per_step"] is None:
         return "unknown"
     mark = " (extrapolated)" if row["extrapolated"] else ""
-    return f"{row['comm_seconds_per_step'] * 1e3:.1f} ms{mark}"
+    return units.duration(row["comm_seconds_per_step"]) + mark
 
 
 def _traffic_change(row, base):
@@ -303,10 +301,11 @@ def recommend(rows, w):
         others = [r for r in rows if r["fits"] and r not in data_parallel]
         need = math.ceil(16 * w.params / (w.gpu_mem_gb * GB))
         text = (f"No data-parallel strategy fits {w.gpu_mem_gb:g} GB: even ZeRO-3 needs "
-                f"{_gb(by_name['ZeRO-3']['memory_bytes_per_rank'])} per rank on {w.world_size} "
-                f"ranks, so it needs at least {need} ranks")
+                f"{units.size(by_name['ZeRO-3']['memory_bytes_per_rank'])} per rank on "
+                f"{w.world_size} ranks, so it needs at least {need} ranks")
         if others:
-            text += "; " + ", ".join(f"{r['strategy']} fits ({_gb(r['memory_bytes_per_rank'])}, "
+            text += "; " + ", ".join(f"{r['strategy']} fits "
+                                     f"({units.size(r['memory_bytes_per_rank'])}, "
                                      f"{_time(r)} of communication)" for r in others)
         return text + "."
     timed = all(r["comm_seconds_per_step"] is not None for r in fitting)
@@ -319,9 +318,10 @@ def recommend(rows, w):
     best = min(near, key=lambda r: r["memory_bytes_per_rank"])
     ddp = by_name["DDP"]
     cost = (f"{_time(best)} of communication per step" if timed else
-            f"{_gb(best['bytes_per_rank_per_step'])} of traffic per rank per step")
-    text = (f"{best['strategy']} fits {w.gpu_mem_gb:g} GB ({_gb(best['memory_bytes_per_rank'])} "
-            f"of model states per rank) and costs {cost}")
+            f"{units.size(best['bytes_per_rank_per_step'])} of traffic per rank per step")
+    text = (f"{best['strategy']} fits {w.gpu_mem_gb:g} GB "
+            f"({units.size(best['memory_bytes_per_rank'])} of model states per rank) and costs "
+            f"{cost}")
     if best is not ddp:
         change = _traffic_change(best, ddp)
         text += ", the same traffic as DDP" if change == "the same traffic" else f", {change} over DDP"
@@ -330,18 +330,19 @@ def recommend(rows, w):
     floor = best
     for row in leaner:
         text += (f"; {row['strategy']} only if memory must drop below "
-                 f"{_gb(floor['memory_bytes_per_rank'])} per rank (to "
-                 f"{_gb(row['memory_bytes_per_rank'])}), at {_traffic_change(row, best)}"
+                 f"{units.size(floor['memory_bytes_per_rank'])} per rank (to "
+                 f"{units.size(row['memory_bytes_per_rank'])}), at {_traffic_change(row, best)}"
                  f" ({_time(row)})")
         floor = row
     if ddp["fits"] and best is not ddp:
-        text += f"; plain DDP also fits ({_gb(ddp['memory_bytes_per_rank'])}, {_time(ddp)})"
+        text += (f"; plain DDP also fits ({units.size(ddp['memory_bytes_per_rank'])}, "
+                 f"{_time(ddp)})")
     for row in rows:  # model parallelism that fits and communicates less
         if row in data_parallel or not row["fits"] or row["comm_seconds_per_step"] is None \
                 or not timed or row["comm_seconds_per_step"] >= best["comm_seconds_per_step"]:
             continue
-        text += (f"; {row['strategy']} also fits ({_gb(row['memory_bytes_per_rank'])}) and "
-                 f"communicates less ({_time(row)}), at the price of {row['price']}")
+        text += (f"; {row['strategy']} also fits ({units.size(row['memory_bytes_per_rank'])}) "
+                 f"and communicates less ({_time(row)}), at the price of {row['price']}")
     return text + "."
 
 
@@ -356,12 +357,13 @@ def render(analysis, form):
     lines += ["| strategy | collectives | bytes per rank per step | comm time per step | "
               "model-state memory per rank | fits |", "|---|---|---|---|---|---|"]
     for row in analysis["rows"]:
-        calls = "; ".join(f"{c['count']} x {c['curve']} of {c['message_bytes'] / 2 ** 20:.3g} MiB"
+        calls = "; ".join(f"{c['count']} x {c['curve']} of {units.size(c['message_bytes'])}"
                           for c in row["collectives"])
         if row["note"]:
             calls += f" ({row['note']})"
-        lines.append(f"| {row['strategy']} | {calls} | {_gb(row['bytes_per_rank_per_step'])} | "
-                     f"{_time(row)} | {_gb(row['memory_bytes_per_rank'])} | "
+        lines.append(f"| {row['strategy']} | {calls} | "
+                     f"{units.size(row['bytes_per_rank_per_step'])} | {_time(row)} | "
+                     f"{units.size(row['memory_bytes_per_rank'])} | "
                      f"{'yes' if row['fits'] else 'no'} |")
     lines += ["", f"Recommendation: {analysis['recommendation']}"]
     return "\n".join(lines)

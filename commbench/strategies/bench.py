@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed
 
-from .. import gathered, whereabouts
+from .. import gathered, units, whereabouts
 from ..comm import init_comm
 from ..errors import BenchmarkError, UsageError
 from ..guard import agree_to_go_on, stall_deadline
@@ -370,7 +370,7 @@ def run_all(args):
                 report_sweep(run, record, sweep.figures(record))
             what = name if label is None else f"{name} {user.sweep_key}={label}"
             note(comm, f"{what}: loss {record['loss'][0]:.4f} -> {record['loss'][-1]:.4f}, "
-                       f"exposed communication {record['exposed_comm_s'] * 1e3:.1f} ms per step "
+                       f"exposed communication {units.duration(record['exposed_comm_s'])} per step "
                        f"({record['exposed_method']})")
             if record.get("bytes_vs_estimate"):
                 note(comm, f"{what}: bytes per step, measured / estimated for the config's "

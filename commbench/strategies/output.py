@@ -3,16 +3,12 @@ writes (a meta record, then one record a strategy, each on disk as it is measure
 that dies keeps what it measured: results.LinesWriter, by the suite's rules for every results
 file)."""
 
-from .. import provenance, results
+from .. import provenance, results, units
 from ..errors import BenchmarkError
-from ..table import convert_size, note, print_rank_0
+from ..table import note, print_rank_0
 
-COLUMNS = (("strategy", 9), ("step (median)", 14), ("spread (min-max)", 22), ("samples/s", 11),
+COLUMNS = (("strategy", 9), ("step (median)", 14), ("spread (min-max)", 24), ("samples/s", 11),
            ("tokens/s", 11), ("peak mem/rank", 14), ("exposed comm", 13), ("comm per step", 0))
-
-
-def _duration(seconds):
-    return f"{seconds * 1e3:.1f} ms" if seconds < 10 else f"{seconds:.2f} s"
 
 
 def _cells(values):
@@ -35,17 +31,13 @@ def _config_words(run):
     return f", DeepSpeed config {run.user.path} (sha256 {run.user.sha256[:12]})"
 
 
-SWEEP_COLUMNS = (("strategy", 9), ("step (mean [95% CI])", 34),
-                 ("exposed comm (mean [95% CI])", 34), ("comm per step (mean [95% CI])", 0))
+SWEEP_COLUMNS = (("strategy", 9), ("step (mean [95% CI])", 36),
+                 ("exposed comm (mean [95% CI])", 36), ("comm per step (mean [95% CI])", 0))
 
 
 def _ci(triple, form):
     mean, low, high = triple
     return f"{form(mean)} [{form(max(0.0, low))}, {form(high)}]"
-
-
-def _ms(seconds):
-    return f"{seconds * 1e3:.1f} ms"
 
 
 def sweep_header(run):
@@ -62,9 +54,9 @@ def sweep_row(run, record, figures, width):
     if label == run.user.own_label():
         label += " (file)"
     values = [label.ljust(width), record["strategy"].ljust(9),
-              _ci(figures["step_s"], _ms).ljust(34),
-              _ci(figures["exposed_comm_s"], _ms).ljust(34),
-              _ci(figures["bytes_per_step"], convert_size)]
+              _ci(figures["step_s"], units.duration).ljust(36),
+              _ci(figures["exposed_comm_s"], units.duration).ljust(36),
+              _ci(figures["bytes_per_step"], units.size)]
     return " ".join(values).rstrip()
 
 
@@ -88,14 +80,14 @@ def report_sweep(run, record, figures=None):
 
 def table_row(record):
     spread = record["step_time_s"]
-    ops = ", ".join(f"{op} {convert_size(figures['bytes'])} ({figures['calls']:g} call"
+    ops = ", ".join(f"{op} {units.size(figures['bytes'])} ({figures['calls']:g} call"
                     f"{'' if figures['calls'] == 1 else 's'})"
                     for op, figures in record["comm"].items()) or "none"
-    return _cells([record["strategy"], _duration(spread["median"]),
-                   f"{_duration(spread['min'])} - {_duration(spread['max'])}",
+    return _cells([record["strategy"], units.duration(spread["median"]),
+                   f"{units.duration(spread['min'])} - {units.duration(spread['max'])}",
                    f"{record['samples_per_s']:.1f}", f"{record['tokens_per_s']:.0f}",
-                   convert_size(max(record["peak_memory_bytes_per_rank"])),
-                   _duration(record["exposed_comm_s"]), ops])
+                   units.size(max(record["peak_memory_bytes_per_rank"])),
+                   units.duration(record["exposed_comm_s"]), ops])
 
 
 def meta(run):

@@ -10,6 +10,7 @@ interval lies below 1. Standard library only.
 
 import math
 
+from .. import units
 from ..numbers import t975
 
 
@@ -61,14 +62,14 @@ def verdict(key, rows, own_label):
               "best": best, "own": own_label, "step_mean_s": means}
     if own_label is None:
         result["significant"] = None
-        result["sentence"] = (f"best: {key}={best} ({means[best] * 1e3:.1f} ms a step); the "
+        result["sentence"] = (f"best: {key}={best} ({units.duration(means[best])} a step); the "
                               "file does not set it (DeepSpeed's default), so no row is the "
                               "config's own to compare with")
         return result
     if best == own_label:
         result["significant"] = False
-        result["sentence"] = (f"best: {key}={best}, the config's own ({means[best] * 1e3:.1f} ms "
-                              "a step): no other value is faster")
+        result["sentence"] = (f"best: {key}={best}, the config's own "
+                              f"({units.duration(means[best])} a step): no other value is faster")
         return result
     records = dict(rows)
     ratio, low, high = ratio_interval(records[best]["step_times_s"],
@@ -76,7 +77,7 @@ def verdict(key, rows, own_label):
     significant = high < 1
     result.update(significant=significant, ratio=ratio, ratio_ci=[low, high])
     result["sentence"] = (
-        f"best: {key}={best} ({means[best] * 1e3:.1f} ms a step), {(1 - ratio) * 100:.0f}% "
+        f"best: {key}={best} ({units.duration(means[best])} a step), {(1 - ratio) * 100:.0f}% "
         f"faster than the config's own {own_label} (step time ratio {ratio:.3f}, 95% interval "
         f"[{low:.3f}, {high:.3f}]): " + ("significantly better" if significant else
                                          "not significantly better (the interval reaches 1)"))

@@ -1,0 +1,29 @@
+"""Sizes and durations as text, one way for every report and note (the op scripts' table keeps
+the original's: table.convert_size, "32.0 KB").
+
+size(1536) is "1.5 KiB": 1024-based IEC units, 4 significant digits, whole bytes as "512 B";
+a size that rounds to 1024 of a unit is shown in the next (1048572 B is "1 MiB", not
+"1024 KiB"). duration(2.5e-3) is "2.500 ms": us under a millisecond, ms under a second, s
+above, 3 decimals; "-" for None."""
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def size(nbytes):
+    value = nbytes
+    for unit in _UNITS:
+        if unit == "B" and value < 1024:
+            return f"{value:g} B"
+        if unit == _UNITS[-1] or float(f"{value:.4g}") < 1024:
+            return f"{value:.4g} {unit}"
+        value /= 1024
+
+
+def duration(seconds):
+    if seconds is None:
+        return "-"
+    if abs(seconds) < 1e-3:
+        return f"{seconds * 1e6:.3f} us"
+    if abs(seconds) < 1:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds:.3f} s"
