@@ -12,7 +12,7 @@ import pytest
 
 from commbench import table, units
 from commbench.settings import Settings
-from support import ROOT, launch
+from support import ROOT
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

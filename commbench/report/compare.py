@@ -14,6 +14,7 @@ between two runs of one command here (docs/report.md)."""
 import json
 import math
 
+from .. import units
 from ..numbers import t975
 from .runs import bandwidth, bandwidth_label, op_order
 
@@ -282,14 +283,6 @@ def _one_sided(op, key_a, key_b, matched):
         f"{op.split()[0]} {', '.join(_variant_words(k)) or 'as run'}" for k in there) + ".")
 
 
-def human_size(size):
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        # a size that rounds to 1024 of a unit (1048572 B) is shown in the next, as 1 MiB
-        if (size < 1024 and (unit == "B" or float(f"{size:.4g}") < 1024)) or unit == "GiB":
-            return f"{size:g} {unit}" if unit == "B" else f"{size:.4g} {unit}"
-        size /= 1024
-
-
 def _us(seconds):
     return f"{seconds * 1e6:.3f}"
 
@@ -322,7 +315,7 @@ def render(report, form):
         return r.get("marked") if "ratio_ci" in r else (r["slower"] and not repeated)
 
     def cells(r):
-        row = [human_size(r["size"]), _us(r["duration_a"]), _us(r["duration_b"]),
+        row = [units.size(r["size"]), _us(r["duration_a"]), _us(r["duration_b"]),
                (f"{r['ratio']:.3f}" if r["ratio"] else "-") + (" *" if mark(r) else ""),
                f"{bandwidth(r['busbw_a'], unit):.3f}", f"{bandwidth(r['busbw_b'], unit):.3f}"]
         if repeated:
@@ -341,7 +334,7 @@ def render(report, form):
         lines.append(", ".join(means))
         for side, sizes in (("A", op["only_a"]), ("B", op["only_b"])):
             if sizes:
-                lines.append(f"only in {side}: {', '.join(map(human_size, sizes))}")
+                lines.append(f"only in {side}: {', '.join(map(units.size, sizes))}")
         lines.append(op["verdict"])
     if repeated:
         lines.append(f"(* the 95% interval of B/A excludes 1 and the change is beyond the "

@@ -24,10 +24,10 @@ import os
 import tempfile
 import time
 
+from .. import units
 from . import compare as comparing
 from .runs import ReportError, bandwidth, bandwidth_label, op_order
-from .sections import (LEGEND, complete, curves, duration, human_size,  # noqa: F401 (human_size:
-                       section_of, svg)  # the page's spelling of a size, tests read it here)
+from .sections import LEGEND, complete, curves, section_of, svg
 
 TEMPLATE = os.path.join(os.path.dirname(__file__), "report.html.j2")
 
@@ -63,7 +63,7 @@ FEW_SIZES = 3
 
 
 def _sizes(sizes):
-    return ", ".join(map(human_size, sizes))
+    return ", ".join(map(units.size, sizes))
 
 
 def notes(entry):
@@ -130,8 +130,8 @@ def render(paths, db=None, tag=None):
                                          for s in data) else None
     environment = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined,
                                      loader=jinja2.FileSystemLoader(os.path.dirname(TEMPLATE)))
-    environment.filters["size"] = human_size
-    environment.filters["duration"] = duration
+    environment.filters["size"] = units.size
+    environment.filters["duration"] = units.duration
     page = environment.get_template(os.path.basename(TEMPLATE)).render(
         generated=time.strftime("%Y-%m-%d %H:%M:%S %z"), paths=paths, sections=sections,
         comparisons=comparisons(runs) if len(runs) > 1 else [], headlines=headlines(runs),

@@ -4,7 +4,8 @@ groups and `--split`'s, at small and large messages."""
 
 import json
 
-from .compare import LARGE, SMALL, _table, _us, geometric_mean, human_size
+from .. import units
+from .compare import LARGE, SMALL, _table, _us, geometric_mean
 from .runs import bandwidth, bandwidth_label, op_order
 
 
@@ -74,7 +75,7 @@ def _layout_verdict(op, rows, shown):
             if middle is None:
                 continue
             figures = (f"{middle:.2f}x over the {len(both)} size{'s' if len(both) > 1 else ''} "
-                       f"both have ({human_size(min(both))} to {human_size(max(both))}, between "
+                       f"both have ({units.size(min(both))} to {units.size(max(both))}, between "
                        "the small and the large group)")
         parts.append(f"{_LAYOUT_NAMES[slow]} / {_LAYOUT_NAMES[fast]} time {figures}")
     if not parts:
@@ -90,7 +91,7 @@ def render_layouts(report, form):
         shown = op["layouts"]
         heads = ["size"] + [f"{_LAYOUT_NAMES[k]} (us)" for k in shown] + \
             [f"{_LAYOUT_NAMES[k]} busbw ({bandwidth_label(report['bw_unit'])})" for k in shown]
-        table = [[human_size(r["size"])] +
+        table = [[units.size(r["size"])] +
                  [_us(r[k]["duration"]) if r[k] else "-" for k in shown] +
                  [f"{bandwidth(r[k]['busbw'], report['bw_unit']):.3f}" if r[k] else "-"
                   for k in shown]

@@ -2,7 +2,7 @@
 content (section_of): a run of the op scripts (tables, curves, its --groups layouts, --overlap,
 --stats, --check and --repeat columns), a saved table or nccl-tests output, a doctor.py run (its
 heatmaps and verdict), a parallel_bench.py run, a replay.py run; and what they share: the
-figures as inline SVG, sizes and durations as the page writes them, the command as typed.
+figures as inline SVG, a table's cells, the command as typed (sizes and durations: units.py).
 html.py puts them on the page."""
 
 import json
@@ -11,7 +11,7 @@ import re
 import shlex
 import tempfile
 
-from .. import results
+from .. import results, units
 from . import layouts
 from . import doctor, replays, trials
 from .runs import ReportError, bandwidth, bandwidth_label, load_run, op_order, record_key
@@ -54,21 +54,7 @@ def curves(runs):
     return svg(lambda path: plot(runs, path))
 
 
-# ------------------------------------------------------------------------- formatting
-
-def human_size(size):
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        # a size that rounds to 1024 of a unit (1048572 B) is shown in the next, as 1.0 MB
-        if (size < 1024 and (unit == "B" or round(size, 1) < 1024)) or unit == "TB":
-            return f"{size:.1f} {unit}" if unit != "B" else f"{size:g} B"
-        size /= 1024
-
-
-def duration(seconds):
-    if seconds is None:
-        return "-"
-    return f"{seconds * 1e6:.3f} us" if seconds < 1e-3 else f"{seconds * 1e3:.3f} ms"
-
+# ------------------------------------------------------------------------- a table's cell
 
 def cell(text, value=None):
     """A table cell: what is shown, and the figure in full for a program (data-value)."""
@@ -176,19 +162,19 @@ def op_tables(meta, records, run):
             (["Wrong"] if checked else []) + (["Overlap %"] if overlap else [])
         rows = []
         for r in sorted(keys[key], key=lambda r: r["size_bytes"]):
-            row = [cell(human_size(r["size_bytes"]), r["size_bytes"]),
+            row = [cell(units.size(r["size_bytes"]), r["size_bytes"]),
                    cell(f"{r.get('numel', '-')}x{r.get('element_size', '-')}"),
-                   cell(duration(r["duration_s"]), r["duration_s"])]
+                   cell(units.duration(r["duration_s"]), r["duration_s"])]
             if interval:
                 low, high = r.get("ci95_low_s"), r.get("ci95_high_s")
-                row.append(cell(f"{duration(low)} - {duration(high)}" if low is not None
-                                else "-"))
+                row.append(cell("-" if low is None else
+                                f"{units.duration(low)} - {units.duration(high)}"))
             for name in ("throughput_Bps", "busbw_Bps"):
                 value = r.get(name)
                 row.append(cell("-" if value is None else f"{bandwidth(value, unit):.3f}", value))
             if stats:
-                row += [cell(duration(r.get("median_s")), r.get("median_s")),
-                        cell(duration(r.get("p99_s")), r.get("p99_s")),
+                row += [cell(units.duration(r.get("median_s")), r.get("median_s")),
+                        cell(units.duration(r.get("p99_s")), r.get("p99_s")),
                         cell(str(r.get("slowest_rank", "-")), r.get("slowest_rank"))]
             if checked:
                 row.append(cell(str(r.get("wrong", "-")), r.get("wrong")))
@@ -205,7 +191,7 @@ def warnings_of(meta, records):
     wrong = [r for r in records if r.get("wrong")]
     if wrong:
         found.append(f"--check: {sum(r['wrong'] for r in wrong)} wrong element(s), first at "
-                     f"{wrong[0]['op']} {human_size(wrong[0]['size_bytes'])}")
+                     f"{wrong[0]['op']} {units.size(wrong[0]['size_bytes'])}")
     missed = [r for r in records if r.get("precision_met") is False]
     if missed:
         found.append(f"--precision: {len(missed)} size(s) ended before their interval was "
@@ -233,7 +219,7 @@ def text_section(path, run):
     """A saved table or nccl-tests output: what it printed."""
     tables = {}
     for key in op_order(run.ops):
-        rows = [[cell(human_size(size), size), cell(duration(m.duration), m.duration),
+        rows = [[cell(units.size(size), size), cell(units.duration(m.duration), m.duration),
                  cell(f"{bandwidth(m.busbw, run.bw_unit):.3f}", m.busbw)]
                 for size, m in sorted(run.ops[key].items())]
         tables[key] = {"heads": ["Size", "Duration", f"BusBW ({bandwidth_label(run.bw_unit)})"],
@@ -266,15 +252,15 @@ def strategies_section(path, meta, records):
              "exposed comm", "comm per step"]
     rows = []
     for r in records:
-        comm = ", ".join(f"{op} {human_size(f['bytes'])} ({f['calls']:g} calls)"
+        comm = ", ".join(f"{op} {units.size(f['bytes'])} ({f['calls']:g} calls)"
                          for op, f in r["comm"].items()) or "none"
-        rows.append([cell(r["strategy"]), cell(duration(r["step_time_s"]["median"]),
+        rows.append([cell(r["strategy"]), cell(units.duration(r["step_time_s"]["median"]),
                                                r["step_time_s"]["median"]),
                      cell(f"{r['samples_per_s']:.1f}", r["samples_per_s"]),
                      cell(f"{r['tokens_per_s']:.0f}", r["tokens_per_s"]),
-                     cell(human_size(max(r["peak_memory_bytes_per_rank"])),
+                     cell(units.size(max(r["peak_memory_bytes_per_rank"])),
                           max(r["peak_memory_bytes_per_rank"])),
-                     cell(duration(r["exposed_comm_s"]), r["exposed_comm_s"]), cell(comm)])
+                     cell(units.duration(r["exposed_comm_s"]), r["exposed_comm_s"]), cell(comm)])
     model = meta.get("model") or {}
     what = what_ran(meta) + [("model", ", ".join(f"{k} {v}" for k, v in model.items()))]
     return {"kind": "table", "path": path, "title": "parallel_bench.py: the six strategies",
@@ -287,23 +273,23 @@ def replay_section(path):
     heads = ["op", "calls/rank", "bytes/rank", "time (slowest rank)", "median call",
              "BusBW (GB/s)"]
     rows = [[cell(kind), cell(str(row["calls"]), row["calls"]),
-             cell(human_size(row["bytes"]), row["bytes"]),
-             cell(duration(row["time_s"]), row["time_s"]),
-             cell(duration(row["median_call_s"]), row["median_call_s"]),
+             cell(units.size(row["bytes"]), row["bytes"]),
+             cell(units.duration(row["time_s"]), row["time_s"]),
+             cell(units.duration(row["median_call_s"]), row["median_call_s"]),
              cell("-" if not row.get("busbw") else f"{row['busbw'] / 1e9:.3f}", row.get("busbw"))]
             for kind, row in kinds.items()]
     tables = {"the replay": {"heads": heads, "rows": rows}}
     if summary.get("prediction"):
         heads = ["op", "job", "replay", "replay/job", "job, in flight", "replay, in flight"]
         tables["the job against the replay"] = {"heads": heads, "rows": [
-            [cell(kind), cell(duration(p["job_s"]), p["job_s"]),
-             cell(duration(p["replay_s"]), p["replay_s"]),
+            [cell(kind), cell(units.duration(p["job_s"]), p["job_s"]),
+             cell(units.duration(p["replay_s"]), p["replay_s"]),
              cell("-" if p["ratio"] is None else f"{p['ratio']:.2f}", p["ratio"]),
-             cell(duration(p.get("job_in_flight_s")), p.get("job_in_flight_s")),
-             cell(duration(p.get("replay_in_flight_s")), p.get("replay_in_flight_s"))]
+             cell(units.duration(p.get("job_in_flight_s")), p.get("job_in_flight_s")),
+             cell(units.duration(p.get("replay_in_flight_s")), p.get("replay_in_flight_s"))]
             for kind, p in summary["prediction"].items()]}
     what = what_ran(meta) + [("trace", f"{meta.get('trace')} ({meta.get('trace_format')})"),
-                             ("one pass", duration(summary["pass_s"]["median"]))]
+                             ("one pass", units.duration(summary["pass_s"]["median"]))]
     return {"kind": "table", "path": path, "title": "replay.py", "what": what, "tables": tables}
 
 

@@ -349,7 +349,7 @@ def run_all(args):
         note(comm, f"DeepSpeed config {user.path} (sha256 {user.sha256[:12]}): "
                    f"{', '.join(args.strategy)}, micro-batch {args.micro_batch} x "
                    f"{args.micro_batches}, {args.dtype}" +
-                   (f"; its optimizer section is not used: the suite passes "
+                   ("; its optimizer section is not used: the suite passes "
                     "torch.optim.AdamW to deepspeed.initialize, which takes precedence"
                     if "optimizer" in user.config else ""))
     open_output(run)
