@@ -6,10 +6,11 @@ most of a short run's cost. A rank forked from here is a process of its own that
 script from its first line as `python SCRIPT ARGS` would (the script's directory first on
 sys.path, its own environment, working directory, argv and standard streams; `__main__`;
 non-daemon threads joined, atexit run, the exit status Python would give), with torch already
-in memory. What it cannot be is shown by support.spawn's rules: an environment that Python or
-the OpenMP runtime read at start-up (PYTHON*, OMP_*, LD_*) differs, or the test asks for a
-fresh interpreter; then the rank is started the ordinary way. The launchers' own tests
-(torchrun, deepspeed, mpirun, srun) always start fresh interpreters.
+in memory; its signal dispositions are the server's, which sets none: those Python starts with
+under the same parent). What it cannot be is shown by support.spawn's rules: an environment
+that Python or the OpenMP runtime read at start-up (PYTHON*, OMP_*, LD_*) differs, or the test
+asks for a fresh interpreter; then the rank is started the ordinary way. The launchers' own
+tests (torchrun, deepspeed, mpirun, srun) always start fresh interpreters.
 
     python tests/forkserver.py SOCKET     serve until the test process that started it ends
 
@@ -21,7 +22,6 @@ is the rank's pid, then, when it ends, its exit status as subprocess gives it (-
 import json
 import os
 import runpy
-import signal
 import socket
 import sys
 
@@ -41,9 +41,6 @@ def _run_rank(request, fds):
     script = request["argv"][0]
     sys.argv = list(request["argv"])
     sys.path[0] = os.path.dirname(os.path.abspath(script))
-    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
-        signal.signal(number, signal.default_int_handler if number == signal.SIGINT
-                      else signal.SIG_IGN if number == signal.SIGPIPE else signal.SIG_DFL)
     code = 0
     try:
         runpy.run_path(script, run_name="__main__")

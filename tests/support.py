@@ -268,7 +268,9 @@ def fresh(env, preexec_fn=None):
 
 class Forked:
     """A rank forked by the fork server, as much of subprocess.Popen as the tests use: pid,
-    poll, wait, kill, send_signal, communicate, returncode, text stdout and stderr."""
+    poll, wait, kill, send_signal, communicate, returncode, text stdout and stderr. Its
+    /proc/PID/cmdline is the fork server's (`python tests/forkserver.py`): a test that finds
+    ranks by their command line starts them with a launcher or fresh interpreters."""
 
     def __init__(self, server, cmd, env):
         self.args, self.returncode = cmd, None
@@ -299,9 +301,11 @@ class Forked:
         return self.returncode
 
     def _status(self, answer):
-        # no answer: the waiter itself died (the fork server killed): the rank is gone too
-        self.returncode = int(answer) if answer else -signal.SIGKILL
         self._connection.close()
+        if not answer:  # the waiter ended without saying: the status is not known
+            raise RuntimeError(f"the fork server's waiter of rank {self.pid} ({self.args}) "
+                               "ended without its exit status")
+        self.returncode = int(answer)
 
     def wait(self, timeout=None):
         if self.returncode is None:
@@ -321,9 +325,6 @@ class Forked:
 
     def kill(self):
         self.send_signal(signal.SIGKILL)
-
-    def terminate(self):
-        self.send_signal(signal.SIGTERM)
 
     def communicate(self, timeout=None):
         """Both streams read to their end (at once: a rank blocked on a full pipe would stall),
@@ -390,13 +391,21 @@ def launch_ranks(cmd, nproc, port, env=None, timeout=240, preexec_fn=None):
     procs = [spawn(cmd, rank_env(rank, nproc, port, **(env or {})), preexec_fn,
                    fresh=fresh(env, preexec_fn))
              for rank in range(nproc)]
-    # Every rank's pipes are read at once: a rank blocked on a full pipe would hold the others
-    # in their next collective.
-    outputs = [None] * nproc
+    outputs = finish(procs, cmd, timeout)
+    codes = [proc.returncode for proc in procs]
+    status = next((code for code in codes if code != 0), 0)
+    return status, "".join(out for out, _ in outputs), "".join(err for _, err in outputs)
+
+
+def finish(procs, cmd, timeout):
+    """Every process's (stdout, stderr) once all have ended; past `timeout`, every one killed
+    and subprocess.TimeoutExpired. Every process's pipes are read at once: a rank blocked on a
+    full pipe would hold the others in their next collective."""
+    outputs = [None] * len(procs)
 
     def read(index):
         outputs[index] = procs[index].communicate()
-    readers = [threading.Thread(target=read, args=(i,), daemon=True) for i in range(nproc)]
+    readers = [threading.Thread(target=read, args=(i,), daemon=True) for i in range(len(procs))]
     for reader in readers:
         reader.start()
     end = time.monotonic() + timeout
@@ -408,9 +417,7 @@ def launch_ranks(cmd, nproc, port, env=None, timeout=240, preexec_fn=None):
         for reader in readers:
             reader.join()
         raise subprocess.TimeoutExpired(cmd, timeout)
-    codes = [proc.returncode for proc in procs]
-    status = next((code for code in codes if code != 0), 0)
-    return status, "".join(out for out, _ in outputs), "".join(err for _, err in outputs)
+    return outputs
 
 
 def launch(script, *args, nproc=1, launcher=None, env=None, timeout=240, preexec_fn=None,
@@ -436,12 +443,7 @@ def launch(script, *args, nproc=1, launcher=None, env=None, timeout=240, preexec
     cmd = launcher_command(launcher, nproc, port, environment["PATH"]) + arguments
     if launcher == "python":
         proc = spawn(cmd, environment, preexec_fn, fresh=fresh(env, preexec_fn))
-        try:
-            stdout, stderr = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            raise
+        [(stdout, stderr)] = finish([proc], cmd, timeout)
         return Run(cmd, proc.returncode, stdout, stderr, parse_tables(stdout))
     proc = subprocess.run(cmd, cwd=ROOT, env=environment, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL, preexec_fn=preexec_fn)
