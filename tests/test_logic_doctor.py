@@ -96,7 +96,8 @@ def test_a_link_is_judged_on_its_slower_direction():
 def test_figures_speak_in_the_runs_unit():
     assert Figures(NAMES, 0.7).bw(1.25e9) == "10 Gbps"
     assert Figures(NAMES, 0.7, unit="GBps").bw(1.25e9) == "1.25 GB/s"
-    assert Figures.us(2.5e-5) == "25.0 us"
+    assert Figures.duration(2.5e-5) == "25.0 us"
+    assert Figures.duration(2.5e-3) == "2.5 ms"
 
 
 # --------------------------------------------------------------------------- verdicts

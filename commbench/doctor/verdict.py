@@ -31,6 +31,8 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from .. import units
+
 MAD_SCALE = 1.4826  # MAD x this estimates the standard deviation of a normal sample
 SPREAD = 3.0
 SPREAD_PEERS = 5  # the MAD rule from this many peers on
@@ -136,8 +138,8 @@ class Figures:
         return f"{value * scale:.3g} {label}"
 
     @staticmethod
-    def us(seconds):
-        return f"{seconds * 1e6:.1f} us"
+    def duration(seconds):
+        return units.duration(seconds, 1)
 
     def pair(self, i, j):
         return f"{self.names[i]}-{self.names[j]}"
@@ -176,9 +178,10 @@ def intra_suspects(figures):
                                 f"{figures.bw(middle)}", "bandwidth")
         elif high(host.latency_s, [o.latency_s for o in others if o.latency_s], fraction):
             middle = statistics.median(o.latency_s for o in others if o.latency_s)
-            suspect_hosts[h] = (f"its ranks' small all_reduce takes {figures.us(host.latency_s)}"
-                                f", {host.latency_s / middle:.1f}x the other hosts' median "
-                                f"{figures.us(middle)}", "latency")
+            suspect_hosts[h] = (f"its ranks' small all_reduce takes "
+                                f"{figures.duration(host.latency_s)}, "
+                                f"{host.latency_s / middle:.1f}x the other hosts' median "
+                                f"{figures.duration(middle)}", "latency")
         elif figures.expect_Bps and host.busbw_Bps is not None and \
                 host.busbw_Bps < figures.expect_Bps:
             suspect_hosts[h] = (f"its ranks' all_reduce bus bandwidth {figures.bw(host.busbw_Bps)}"
@@ -207,9 +210,9 @@ def first_pass(figures):
                                 f"hosts' median {figures.bw(middle)}", "bandwidth")
         elif high(lat, [p[1] for p in peers if p[1] is not None], fraction):
             middle = statistics.median(p[1] for p in peers if p[1] is not None)
-            suspect_hosts[h] = (f"its links' latency {figures.us(lat)} (median of "
+            suspect_hosts[h] = (f"its links' latency {figures.duration(lat)} (median of "
                                 f"{len(figures.links_of(h))}) is {lat / middle:.1f}x the other "
-                                f"hosts' median {figures.us(middle)}", "latency")
+                                f"hosts' median {figures.duration(middle)}", "latency")
         elif figures.expect_Bps and bw is not None and len(reachable) > 2 and all(
                 link.bandwidth is not None and link.bandwidth < figures.expect_Bps
                 for link in figures.links_of(h).values()):
@@ -250,15 +253,15 @@ def _link_outlier(figures, i, j, link):
                                              for ref in refs_lat)
     if all(refs_lat) and all(high(lat, ref, fraction) for ref in refs_lat) and sure:
         a, b = (statistics.median(ref) for ref in refs_lat)
-        return "latency", (f"latency {figures.us(lat)}, {lat / a:.1f}x the median of "
-                           f"{figures.names[i]}'s other links ({figures.us(a)}) and "
-                           f"{lat / b:.1f}x {figures.names[j]}'s ({figures.us(b)})"), False
+        return "latency", (f"latency {figures.duration(lat)}, {lat / a:.1f}x the median of "
+                           f"{figures.names[i]}'s other links ({figures.duration(a)}) and "
+                           f"{lat / b:.1f}x {figures.names[j]}'s ({figures.duration(b)})"), False
     if figures.expect_Bps and bw is not None and bw < figures.expect_Bps:
         return "bandwidth", f"{figures.bw(bw)}, below the {figures.bw(figures.expect_Bps)} " \
             "expected", True
     if figures.expect_latency_s and lat is not None and lat > figures.expect_latency_s:
-        return "latency", (f"latency {figures.us(lat)}, above the "
-                           f"{figures.us(figures.expect_latency_s)} expected"), True
+        return "latency", (f"latency {figures.duration(lat)}, above the "
+                           f"{figures.duration(figures.expect_latency_s)} expected"), True
     return None
 
 
@@ -346,7 +349,7 @@ def confirm_intra(figures, judgement, finding):
             else slow or late):
         finding.retested = True
         finding.text += (f"; again when retested: {figures.bw(again.busbw_Bps)}, "
-                         f"{figures.us(again.latency_s)}")
+                         f"{figures.duration(again.latency_s)}")
         judgement.findings.append(finding)
     else:
         judgement.cleared.append(f"host {figures.names[h]} was slow among its ranks in the first "
@@ -452,14 +455,14 @@ def _confirm_host(figures, judgement, finding, good_links):
         finding.retested = True
         finding.text += (f"; retested against {names}: "
                          f"{figures.bw(bw) if bws else '-'}, "
-                         f"{figures.us(lat) if lats else '-'}" +
+                         f"{figures.duration(lat) if lats else '-'}" +
                          (f" (at the same time, {control_words})" if controls else ""))
         judgement.findings.append(finding)
     elif slow or late:
         judgement.cleared.append(
             f"host {figures.names[h]} was slow in the first pass ({finding.text}) and "
             f"when retested ({figures.bw(bw) if bws else '-'}, "
-            f"{figures.us(lat) if lats else '-'}) but not against {names} beside the "
+            f"{figures.duration(lat) if lats else '-'}) but not against {names} beside the "
             f"pairs measured at the same time ({control_words}): the machine was busy, "
             "not the host")
     else:

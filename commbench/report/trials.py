@@ -22,9 +22,8 @@ the bound is printed with each size.
 import math
 import statistics
 
-from .. import results, trials
+from .. import results, trials, units
 from ..numbers import t975
-from ..table import convert_size
 from .runs import ReportError
 
 MIN_SPIKES = 3
@@ -168,25 +167,17 @@ def analyse(path, factor=2.0):
     return sizes
 
 
-def _t(seconds):
-    if seconds is None:
-        return "-"
-    if abs(seconds) >= 1e-3:
-        return f"{seconds * 1e3:.3f} ms"
-    return f"{seconds * 1e6:.1f} us"
-
-
 def render(sizes):
     lines = []
     for s in sizes:
         group = f", group {s['group']}" if s.get("group") is not None else ""
-        size = f" {convert_size(s['size_bytes'])}" if s["size_bytes"] is not None else ""
+        size = f" {units.size(s['size_bytes'])}" if s["size_bytes"] is not None else ""
         lines.append(f"{s['op']}{size}{group}: {s['trials']} trials on "
-                     f"{len(s['ranks'])} ranks (arrivals within +-{_t(s['clock_error_s'])}, "
-                     "the clocks' alignment)")
+                     f"{len(s['ranks'])} ranks (arrivals within "
+                     f"+-{units.duration(s['clock_error_s'])}, the clocks' alignment)")
         ratio = s["first_s"] / s["steady_s"] if s["steady_s"] > 0 else float("nan")
-        lines.append(f"  first trial   {_t(s['first_s'])}, {ratio:.1f}x the steady median "
-                     f"{_t(s['steady_s'])} (trials 2-{s['trials']})")
+        lines.append(f"  first trial   {units.duration(s['first_s'])}, {ratio:.1f}x the steady "
+                     f"median {units.duration(s['steady_s'])} (trials 2-{s['trials']})")
         shown = ", ".join(map(str, s["spikes"][:12])) + (" ..." if len(s["spikes"]) > 12 else "")
         text = (f"  spikes        {len(s['spikes'])} over {s['factor']:g}x the steady median"
                 + (f" (trials {shown})" if s["spikes"] else ""))
@@ -195,7 +186,7 @@ def render(sizes):
             rank, n = max(s["last_in_spikes"].items(), key=lambda item: item[1])
             text += f", rank {rank} last to call {n} of them"
         if p is not None:
-            when = f", every {_t(p['seconds'])}" if p["seconds"] is not None else ""
+            when = f", every {units.duration(p['seconds'])}" if p["seconds"] is not None else ""
             text += (f"; period {p['trials']} trials{when} (from trial {p['first']}, "
                      f"{p['on_comb']} spikes on it)")
         else:
@@ -207,8 +198,9 @@ def render(sizes):
                 continue
             mark = "   <- straggler" if row["rank"] == s["straggler"] else ""
             lines.append(f"  last to call  rank {row['rank']} on {s['hosts'][index]}: "
-                         f"{row['last']} of {s['trials']} trials, by {_t(row['median_late_s'])} "
-                         f"(median), {_t(row['total_late_s'])} in all{mark}")
+                         f"{row['last']} of {s['trials']} trials, by "
+                         f"{units.duration(row['median_late_s'])} (median), "
+                         f"{units.duration(row['total_late_s'])} in all{mark}")
         if len(s["ranks"]) == 1:
             lines.append("  last to call  - (one rank: no arrivals to compare)")
         elif s["straggler"] is None:
@@ -225,7 +217,7 @@ def render(sizes):
 
 
 def _signed(seconds):
-    return ("+" if seconds >= 0 else "-") + _t(abs(seconds))
+    return ("+" if seconds >= 0 else "-") + units.duration(abs(seconds))
 
 
 def plot(sizes, output):
@@ -238,7 +230,7 @@ def plot(sizes, output):
         for rank, durations in zip(s["ranks"], s["durations"]):
             ax.plot(range(1, len(durations) + 1), [d * 1e3 for d in durations],
                     label=f"rank {rank}", linewidth=0.8)
-        size = f" {convert_size(s['size_bytes'])}" if s["size_bytes"] is not None else ""
+        size = f" {units.size(s['size_bytes'])}" if s["size_bytes"] is not None else ""
         ax.set_title(f"{s['op']}{size}", fontsize=9)
         ax.set_xlabel("trial")
         ax.set_ylabel("ms")

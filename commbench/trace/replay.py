@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed
 
-from .. import defaults, gathered, provenance, trials as encoding, whereabouts
+from .. import defaults, gathered, provenance, trials as encoding, units, whereabouts
 from ..cli import add_store_flags
 from ..comm import init_comm
 from ..errors import BenchmarkError
@@ -25,7 +25,7 @@ from ..memory import per_rank_memory
 from ..numbers import float_in, int_at_least
 from ..results import FORMATS, open_lines
 from ..settings import frozen
-from ..table import convert_size, emit, note, output_failure, print_rank_0
+from ..table import emit, note, output_failure, print_rank_0
 from . import agree, summary
 from .engine import Replayer, bytes_in_flight
 from .formats import FORMAT_NAMES, read
@@ -129,9 +129,9 @@ def totals_lines(trace):
             continue
         durations = [sum(c.duration_s for c in chosen) for chosen in per_rank
                      if all(c.duration_s is not None for c in chosen)]
-        job = summary._seconds(max(durations)) if len(durations) == len(per_rank) else "-"
+        job = units.duration(max(durations)) if len(durations) == len(per_rank) else "-"
         lines.append(f"{kind:<16}{max(len(c) for c in per_rank):>11}"
-                     f"{convert_size(max(sum(c.nbytes for c in chosen) for chosen in per_rank)):>13}"
+                     f"{units.size(max(sum(c.nbytes for c in chosen) for chosen in per_rank)):>13}"
                      f"{max(sum(1 for c in chosen if c.asynchronous) for chosen in per_rank):>7}"
                      f"{job:>12}")
     return lines
@@ -141,7 +141,7 @@ def dry_run(args):
     trace = load(args)
     need = max(bytes_in_flight(calls) for calls in trace.ranks.values())
     lines = describe(trace) + totals_lines(trace) + [
-        f"the most a rank holds at once: {convert_size(need)}; the ranks' sequences agree; "
+        f"the most a rank holds at once: {units.size(need)}; the ranks' sequences agree; "
         "nothing was sent (--dry-run)"]
     for line in lines:
         try:
@@ -165,8 +165,8 @@ def check_memory(comm, trace):
     needs = {rank: bytes_in_flight(calls) for rank, calls in trace.ranks.items()}
     rank = max(needs, key=needs.get)
     if needs[rank] > 0.9 * memory:
-        raise TraceError(f"the trace's calls need up to {convert_size(needs[rank])} at once on "
-                         f"rank {rank}, more than the {convert_size(memory)} a rank has here "
+        raise TraceError(f"the trace's calls need up to {units.size(needs[rank])} at once on "
+                         f"rank {rank}, more than the {units.size(memory)} a rank has here "
                          f"({source})")
 
 

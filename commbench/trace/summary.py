@@ -11,7 +11,7 @@ scatter (g-1)/g of the whole, broadcast, reduce and point-to-point their bytes."
 
 import statistics
 
-from ..table import convert_size
+from .. import units
 from ..timing import interval
 from .model import KINDS
 
@@ -33,16 +33,6 @@ def bus_bytes(call, rank):
     if call.op == "scatter":
         return call.out_numel * es * (g - 1)
     return call.nbytes if call.op != "barrier" else 0
-
-
-def _seconds(value):
-    if value is None:
-        return "-"
-    if value < 1e-3:
-        return f"{value * 1e6:.1f} us"
-    if value < 10:
-        return f"{value * 1e3:.2f} ms"
-    return f"{value:.2f} s"
 
 
 def _rate(bytes_, seconds):
@@ -120,8 +110,9 @@ def kinds_lines(table, title):
     lines = [title, f"{'op':<16}{'calls/rank':>11}{'bytes/rank':>13}{'time (slowest)':>16}"
                     f"{'median call':>13}{'BusBW':>13}  slowest rank"]
     for kind, row in table.items():
-        lines.append(f"{kind:<16}{row['calls']:>11}{convert_size(row['bytes']):>13}"
-                     f"{_seconds(row['time_s']):>16}{_seconds(row['median_call_s']):>13}"
+        lines.append(f"{kind:<16}{row['calls']:>11}{units.size(row['bytes']):>13}"
+                     f"{units.duration(row['time_s']):>16}"
+                     f"{units.duration(row['median_call_s']):>13}"
                      f"{_rate(row['busbw'], 1) if row['busbw'] else '-':>13}  "
                      f"{row['slowest_rank']}")
     return lines
@@ -137,8 +128,9 @@ def heaviest_lines(trace, medians, count):
     for seconds, rank, call in rows[:count]:
         group = _group_text(call)
         lines.append(f"{rank:>4} {call.index:>6}  {call.op:<15}{call.dtype or '-':<10}"
-                     f"{max(call.in_numel, call.out_numel):>12}{convert_size(call.nbytes):>11}"
-                     f"  {group:<14}{_seconds(call.duration_s):>11}{_seconds(seconds):>11}")
+                     f"{max(call.in_numel, call.out_numel):>12}{units.size(call.nbytes):>11}"
+                     f"  {group:<14}{units.duration(call.duration_s):>11}"
+                     f"{units.duration(seconds):>11}")
     return lines
 
 
@@ -228,9 +220,10 @@ def prediction_lines(table, source):
     def ratio(value):
         return f"{value:.2f}" if value is not None else "-"
     for kind, row in table.items():
-        lines.append(f"{kind:<16}{_seconds(row['job_s']):>12}{_seconds(row['replay_s']):>12}"
-                     f"{ratio(row['ratio']):>12}{_seconds(row['job_in_flight_s']):>14}"
-                     f"{_seconds(row['replay_in_flight_s']):>12}"
+        lines.append(f"{kind:<16}{units.duration(row['job_s']):>12}"
+                     f"{units.duration(row['replay_s']):>12}"
+                     f"{ratio(row['ratio']):>12}{units.duration(row['job_in_flight_s']):>14}"
+                     f"{units.duration(row['replay_in_flight_s']):>12}"
                      f"{ratio(row['in_flight_ratio']):>12}")
     return lines
 
@@ -248,14 +241,14 @@ def pass_figures(pass_times, steps):
 
 
 def pass_line(figures, repeat, steps):
-    line = f"one pass of the trace: {_seconds(figures['median'])} median of {repeat} " \
-           f"(min {_seconds(figures['min'])}, max {_seconds(figures['max'])}"
+    line = f"one pass of the trace: {units.duration(figures['median'])} median of {repeat} " \
+           f"(min {units.duration(figures['min'])}, max {units.duration(figures['max'])}"
     if figures.get("ci95"):
         low, high = figures["ci95"]
-        line += f"; mean {_seconds(figures['mean'])}, 95% interval {_seconds(max(0.0, low))} - " \
-                f"{_seconds(high)}"
+        line += f"; mean {units.duration(figures['mean'])}, 95% interval " \
+                f"{units.duration(max(0.0, low))} - {units.duration(high)}"
     line += ")"
     if steps:
-        line += f"; per step {_seconds(figures['per_step_s'])} over {steps} step" + \
+        line += f"; per step {units.duration(figures['per_step_s'])} over {steps} step" + \
                 ("s" if steps != 1 else "")
     return line

@@ -7,6 +7,7 @@ With `raw`, get_raw_data() is saved instead of log_summary(return_dict=True).
 """
 
 import json
+import os
 import sys
 
 import deepspeed
@@ -33,4 +34,5 @@ if sys.argv[2:] == ["raw"]:
     summary = dist.comms_logger.get_raw_data()
 else:
     summary = dist.log_summary(return_dict=True)
+os.makedirs(sys.argv[1], exist_ok=True)
 json.dump(summary, open(f"{sys.argv[1]}/rank{dist.get_rank()}.json", "w"))
