@@ -30,7 +30,8 @@ def test_size_of_a_float_of_whole_bytes_reads_as_the_integer():
 @pytest.mark.parametrize("seconds,shown", [
     (None, "-"), (0, "0.000 us"), (5e-6, "5.000 us"), (12.3456e-6, "12.346 us"),
     (999e-6, "999.000 us"), (1e-3, "1.000 ms"), (1.5e-3, "1.500 ms"), (0.5, "500.000 ms"),
-    (0.9999, "999.900 ms"), (1.0, "1.000 s"), (2.9107, "2.911 s"), (75.0, "75.000 s"),
+    (0.9999, "999.900 ms"), (999.9996e-6, "1.000 ms"), (0.9999996, "1.000 s"),
+    (1.0, "1.000 s"), (2.9107, "2.911 s"), (75.0, "75.000 s"),
 ])
 def test_duration_is_us_below_a_millisecond_ms_below_a_second_s_above(seconds, shown):
     assert units.duration(seconds) == shown
@@ -38,3 +39,10 @@ def test_duration_is_us_below_a_millisecond_ms_below_a_second_s_above(seconds, s
 
 def test_a_negative_duration_keeps_the_unit_of_its_size():
     assert units.duration(-15.4e-6) == "-15.400 us" and units.duration(-2e-3) == "-2.000 ms"
+
+
+@pytest.mark.parametrize("seconds,shown", [(2.5e-5, "25.0 us"), (999.96e-6, "1.0 ms"),
+                                           (1.2345e-3, "1.2 ms"), (12.36, "12.4 s")])
+def test_fewer_decimals_when_asked_the_units_unchanged(seconds, shown):
+    """doctor.py's latencies: 1 decimal, the unit still chosen by the size of the figure."""
+    assert units.duration(seconds, 1) == shown
