@@ -119,6 +119,7 @@ def main():
 
 
 def each_count(count, args, plans, cases, out):
+    """Every case's checks on `count` hosts, a line each, then the host count's summary."""
     times, healthy = {p: [] for p in plans}, {p: 0 for p in plans}
     slow = {p: [0, 0] for p in plans}  # right, checks
     pair_Bps = []
@@ -143,20 +144,7 @@ def each_count(count, args, plans, cases, out):
                                            capture_output=True, text=True).stdout)
             topology = [f"--topology={conf}"]
         try:
-            if case == "slow uplink":
-                subprocess.run([str(SIM), "slow-uplink", name, "1", rate], check=True,
-                               capture_output=True)
-                want = ["switch s1"]
-            elif case == "slow host":
-                subprocess.run([str(SIM), "slow", name, "2", rate], check=True,
-                               capture_output=True)
-                want = [f"host {name}2"]
-            elif case == "slow link":
-                subprocess.run([str(SIM), "slow-link", name, "1", "3", rate],
-                               check=True, capture_output=True)
-                want = [f"link {name}1-{name}3"]
-            else:
-                want = []
+            want = inject(name, case, rate)
             runs = []
             for plan in plans:
                 flags = [f"--plan={plan}"] if plan else []
@@ -165,28 +153,56 @@ def each_count(count, args, plans, cases, out):
         finally:
             subprocess.run([str(SIM), "down", name], capture_output=True)
         for plan, seconds, statuses, verdict in runs:
-            found = named(verdict)
-            right = found == want and set(statuses) == {0 if not want else 1}
+            right = show(f"{count} hosts", name, plan, case, rate, want, seconds, statuses,
+                         verdict)
             if case == "healthy":
                 times[plan].append(seconds)
                 healthy[plan] += right
                 pair_Bps += verdict["pair_Bps"]
             else:
                 slow[plan] = [slow[plan][0] + right, slow[plan][1] + 1]
-            shown = f"--plan {plan:<6}  " if plan else ""
-            at = f" at {rate}" if case != "healthy" else ""
-            print(f"{count} hosts  {shown}{case + at:<9}  {seconds:6.1f} s  exit {statuses[0]}  "
-                  f"named: {', '.join(found) or 'nothing'}  {'ok' if right else 'WRONG'}"
-                  + (f"  (cleared: {len(verdict['cleared'])})" if verdict["cleared"] else ""),
-                  flush=True)
-            if not right:  # what it saw, to tell a real fault of the machine from a false alarm
-                kept = Path(tempfile.gettempdir()) / f"doctor-check-{name}-{plan or 'auto'}.jsonl"
-                kept.write_text(verdict["text"])
-                print(f"    (its records: {kept})", flush=True)
-                for finding in verdict["findings"]:
-                    print(f"    {finding}", flush=True)
-                for cleared in verdict["cleared"]:
-                    print(f"    cleared: {cleared}", flush=True)
+    summary(count, args, plans, times, healthy, slow, pair_Bps)
+
+
+def inject(name, case, rate):
+    """Slow what `case` says on the simulated hosts `name` (htb at `rate`); what a right
+    verdict names."""
+    if case == "slow uplink":
+        subprocess.run([str(SIM), "slow-uplink", name, "1", rate], check=True,
+                       capture_output=True)
+        return ["switch s1"]
+    if case == "slow host":
+        subprocess.run([str(SIM), "slow", name, "2", rate], check=True, capture_output=True)
+        return [f"host {name}2"]
+    if case == "slow link":
+        subprocess.run([str(SIM), "slow-link", name, "1", "3", rate], check=True,
+                       capture_output=True)
+        return [f"link {name}1-{name}3"]
+    return []
+
+
+def show(where, name, plan, case, rate, want, seconds, statuses, verdict):
+    """One check's line (and, when it is wrong, what it saw); whether it was right."""
+    found = named(verdict)
+    right = found == want and set(statuses) == {0 if not want else 1}
+    shown = f"--plan {plan:<6}  " if plan else ""
+    at = f" at {rate}" if case != "healthy" else ""
+    print(f"{where}  {shown}{case + at:<9}  {seconds:6.1f} s  exit {statuses[0]}  "
+          f"named: {', '.join(found) or 'nothing'}  {'ok' if right else 'WRONG'}"
+          + (f"  (cleared: {len(verdict['cleared'])})" if verdict["cleared"] else ""),
+          flush=True)
+    if not right:  # what it saw, to tell a real fault of the machine from a false alarm
+        kept = Path(tempfile.gettempdir()) / f"doctor-check-{name}-{plan or 'auto'}.jsonl"
+        kept.write_text(verdict["text"])
+        print(f"    (its records: {kept})", flush=True)
+        for finding in verdict["findings"]:
+            print(f"    {finding}", flush=True)
+        for cleared in verdict["cleared"]:
+            print(f"    cleared: {cleared}", flush=True)
+    return right
+
+
+def summary(count, args, plans, times, healthy, slow, pair_Bps):
     if pair_Bps:
         print(f"{count} hosts: healthy pairs' median {statistics.median(pair_Bps) * 8 / 1e9:.2f}"
               f" Gbps ({len(pair_Bps)} pairs)", flush=True)
@@ -199,6 +215,7 @@ def each_count(count, args, plans, cases, out):
         if slow[plan][1]:
             print(f"{count} hosts{shown}: slow cases named exactly {slow[plan][0]}/"
                   f"{slow[plan][1]}", flush=True)
+
 
 if __name__ == "__main__":
     main()
