@@ -103,6 +103,8 @@ def _document(test):
     return lambda path, text: test(runs.json_document(text))
 
 
+# The traces replay.py reads (as commbench.trace.formats.recognise, which imports torch).
+
 def _commbench_trace(document):
     return isinstance(document, dict) and document.get("format") == "commbench-trace"
 
