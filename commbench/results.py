@@ -233,7 +233,12 @@ def read_all(path):
     """(meta, every record) of a results file, whatever its type (result, doctor, verdict)."""
     kind = output_format(path)
     with open(path, newline="" if kind == ".csv" else None) as handle:
-        text = handle.read()
+        return parse_all(kind, handle.read())
+
+
+def parse_all(kind, text):
+    """(meta, every record) of a results file's text (read_all), its format `kind` an extension
+    of FORMATS: for a reader that has read the file already (report.py's kinds)."""
     if kind == ".json":
         document = json.loads(text)
         return document["meta"], document["results"]

@@ -22,12 +22,13 @@ import sys
 from commbench import caches, units
 from commbench.flags import Parser, prog
 from commbench.numbers import byte_count, float_in, int_at_least
-from commbench.report import buckets, doctor, history, html, measured, replays, strategy
+from commbench.report import buckets, history, html, measured, strategy
 from commbench.report import trials
 from commbench.report.compare import compare, render
+from commbench.report.kinds import kind_of, load_run
 from commbench.report.layouts import layouts, render_layouts
 from commbench.report.plot import plot
-from commbench.report.runs import ReportError, load_run
+from commbench.report.runs import ReportError
 from commbench.table import output_failure
 
 PROG = "report.py"
@@ -231,29 +232,31 @@ def _run_html(args):
 
 
 def _run_compare(args):
-    """Two runs (or two replays) size by size; one run of --groups: its layouts."""
+    """Two runs size by size (or what A's kind compares instead: two replays); one run of
+    --groups: its layouts."""
     if args.b is None:
         try:
             print(render_layouts(layouts(load_run(args.a)), args.format))
         except ValueError as error:
             raise ReportError(str(error)) from None
-    elif replays.is_replay(args.a):
-        if not replays.is_replay(args.b):
-            raise ReportError(f"{args.a} is a replay (replay.py --output) and {args.b} is "
-                              "not: compare two replays of one trace")
-        print(replays.render(replays.compare(args.a, args.b, args.noise_threshold / 100),
-                             args.format))
-    else:
-        report = compare(load_run(args.a), load_run(args.b), args.threshold,
-                         args.noise_threshold / 100)
-        if not report["repeated"]:
-            report = _single_runs(report, args)
-        print(render(report, args.format))
+        return
+    compared = kind_of(args.a).compare
+    if compared:
+        print(compared(args.a, args.b, args.noise_threshold / 100, args.format))
+        return
+    report = compare(load_run(args.a), load_run(args.b), args.threshold,
+                     args.noise_threshold / 100)
+    if not report["repeated"]:
+        report = _single_runs(report, args)
+    print(render(report, args.format))
 
 
 def _run_plot(args):
-    if len(args.runs) == 1 and doctor.is_doctor_run(args.runs[0]):
-        doctor.heatmap(args.runs[0], args.output)
+    """The runs' curves; a file given alone whose kind draws itself (a doctor.py run's
+    heatmaps): that drawing."""
+    alone = kind_of(args.runs[0]).plot if len(args.runs) == 1 else None
+    if alone:
+        alone(args.runs[0], args.output)
     else:
         plot([load_run(path) for path in args.runs], args.output)
     print(f"{PROG}: wrote {args.output}", file=sys.stderr)

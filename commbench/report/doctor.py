@@ -5,15 +5,6 @@ from .. import results
 from .runs import ReportError, bandwidth, bandwidth_label
 
 
-def is_doctor_run(path):
-    """Whether `path` is a results file that doctor.py wrote."""
-    try:
-        meta, _ = results.read_all(path)
-    except (OSError, ValueError, KeyError, results.ResultsError):
-        return False
-    return (meta or {}).get("ops") == ["doctor"]
-
-
 def load(path):
     """(meta, pair records of the first pass, the verdict record or None)."""
     try:

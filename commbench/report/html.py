@@ -27,7 +27,8 @@ import time
 from .. import units
 from . import compare as comparing
 from .runs import ReportError, bandwidth, bandwidth_label, op_order
-from .sections import LEGEND, complete, curves, section_of, svg
+from .kinds import section_of
+from .sections import LEGEND, complete, curves, svg
 
 TEMPLATE = os.path.join(os.path.dirname(__file__), "report.html.j2")
 

@@ -12,15 +12,6 @@ from .compare import _log_moments, _table, _welch
 from .runs import ReportError
 
 
-def is_replay(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as source:
-            first = json.loads(source.readline() or "{}")
-    except (OSError, ValueError):
-        return False
-    return isinstance(first, dict) and first.get("type") == "meta" and first.get("kind") == "replay"
-
-
 def load(path):
     meta, calls, summary = None, {}, None
     try:

@@ -1,7 +1,9 @@
 """Runs read back for reports: the suite's results files, its saved tables (a tee'd stdout,
---raw or not, several ops in one file) and nccl-tests text output, as one `Run` each.
+--raw or not, several ops in one file), nccl-tests text output and DeepSpeed's comms logger
+summary, as one `Run` each (the readers `from_*`; which one a file needs: kinds.py).
 Standard library only."""
 
+import functools
 import json
 import os
 import re
@@ -59,83 +61,10 @@ def bandwidth_label(unit):
 
 
 def load_run(path):
-    """Any of the formats above, recognised by extension or content."""
-    try:
-        with open(path, errors="replace") as handle:
-            text = handle.read()
-    except OSError as error:
-        raise ReportError(f"cannot read {path}: {error.strerror}") from None
-    try:
-        kind = results.output_format(path)
-    except results.ResultsError:
-        kind = None
-    logged = deepspeed_logger(text)
-    if logged is not None:
-        return _from_deepspeed_logger(path, logged)
-    not_ours = what_it_is(text)
-    if not_ours:
-        raise ReportError(f"{path}: {not_ours}")
-    if kind:
-        meta = _meta(path)
-        if meta.get("ops") == ["doctor"]:
-            raise ReportError(f"{path}: a doctor.py run (hosts and links, not sizes): "
-                              "`report.py plot` draws its heatmaps")
-        return _from_results(path)
-    if "---- Performance of" in text:
-        if re.search(r"^\s*```", text, re.M):  # README.md, a docs page: tables quoted in prose
-            raise ReportError(f"{path}: a document that quotes tables (in markdown code blocks), "
-                              "not a saved table of this suite; give a run's own stdout (> "
-                              "results.txt) or its --output file")
-        return _from_table(path, text)
-    if re.search(r"^\s*#\s*size\s+count\s+type", text, re.M) or \
-            re.search(r"^#.*(nccl-tests|Collective test starting)", text, re.M | re.I):
-        return _from_nccl_tests(path, text)
-    raise ReportError(f"{path}: neither a results file, a saved table of this suite, nor "
-                      "nccl-tests output")
-
-
-# The traces replay.py reads (as commbench.trace.formats.recognise, which imports torch).
-TRACE_NAMES = {"commbench": "a trace of commbench.trace.record",
-               "execution-trace": "a PyTorch execution trace",
-               "param-basic": "a PARAM basic comms trace"}
-READS = "report.py reads --output files, saved tables of this suite and nccl-tests output"
-
-
-def what_it_is(text):
-    """One line for a file that is plainly no run (an HTML page, a trace, an image), or None."""
-    head = text.lstrip()[:512].lower()
-    if head.startswith(("<!doctype html", "<html")):
-        if "<title>commbench report" in head:
-            return "a page report.py html wrote, not a results file: give the runs it shows"
-        return f"an HTML page, not a results file ({READS})"
-    if "png" in head[:5] or head.startswith(("%pdf", "<svg", "<?xml")):
-        return f"an image or a PDF, not a results file ({READS})"
-    if not head.startswith(("{", "[")):
-        return None
-    try:
-        document = json.loads(text)
-    except ValueError:
-        return None
-    found = None
-    if isinstance(document, dict) and document.get("format") == "commbench-trace":
-        found = "commbench"
-    elif isinstance(document, dict) and "nodes" in document and "schema" in document:
-        found = "execution-trace"
-    elif isinstance(document, list) and document and \
-            all(isinstance(entry, dict) for entry in document) and \
-            any("comms" in entry for entry in document):
-        found = "param-basic"
-    if found:
-        return (f"{TRACE_NAMES[found]} (replay.py's input), not a results file: `replay.py "
-                "TRACE_DIR --output replay.jsonl` replays it into one")
-    return None
-
-
-def _meta(path):
-    try:
-        return results.read_all(path)[0] or {}
-    except (OSError, ValueError, KeyError, TypeError, results.ResultsError):
-        return {}
+    """The Run in `path`, whatever kind of input holds it (recognised from its content:
+    kinds.KINDS); one line for a file that holds none."""
+    from .kinds import load_run as loaded  # kinds.py builds on this module's readers
+    return loaded(path)
 
 
 def _label(meta, path):
@@ -145,9 +74,10 @@ def _label(meta, path):
     return os.path.basename(path)
 
 
-def _from_results(path):
-    """A results file of --output. One that holds no result (empty, or another program's JSON
-    or CSV) is an error naming the file, not an empty report."""
+def from_results(path, text=None):
+    """A results file of --output (read again by commbench/results.py: `text` unused). One that
+    holds no result (empty, or another program's JSON or CSV) is an error naming the file, not
+    an empty report."""
     try:
         meta, records = results.read(path)
         repeated = results.windows(records)
@@ -231,7 +161,7 @@ HEADER = re.compile(r"^---- Performance of (\w+) on (\d+) devices(?:, dtype (\w+
                     r"(?:, op \w+)?(?:, (intra|inter)-host group \d+)?")
 
 
-def _from_table(path, text):
+def from_table(path, text):
     """Saved stdout: sizes from the Description (exact E x element size), durations and busbw
     converted back to seconds and bytes/s from the header's units."""
     run, op, raw, scale, world = Run(path, os.path.basename(path)), None, False, 8, set()
@@ -278,7 +208,7 @@ def _from_table(path, text):
     return run
 
 
-def _from_nccl_tests(path, text):
+def from_nccl_tests(path, text):
     """nccl-tests: `size count type redop root time algbw busbw #wrong` out-of-place, then the
     same in place; `#` lines are comments. The op comes from the file or its name."""
     named = re.search(r"(all_reduce|all_gather|alltoall|all_to_all|reduce_scatter|broadcast|"
@@ -322,25 +252,30 @@ DEEPSPEED_OPS = {
 DEEPSPEED_SKIPPED = ("barrier", "monitored_barrier", "log_summary_barrier")
 
 
-def deepspeed_logger(text):
-    """The dictionary of DeepSpeed's log_summary(return_dict=True) (or get_raw_data()) saved as
-    JSON, or None."""
-    head = text.lstrip()[:1]
-    if head != "{":
+@functools.lru_cache(maxsize=1)  # each kind's recogniser asks of the same text in turn
+def json_document(text):
+    """The JSON document `text` holds when it starts as one (`{`, `[`), or None; not to be
+    changed by the caller (cached)."""
+    if text.lstrip()[:1] not in ("{", "["):
         return None
     try:
-        document = json.loads(text)
+        return json.loads(text)
     except ValueError:
         return None
-    if isinstance(document, dict) and isinstance(document.get("summary"), dict) and \
-            isinstance(document.get("metadata"), dict):
-        return document
-    if isinstance(document, dict) and document and all(
-            isinstance(sizes, dict) and sizes and all(
-                isinstance(v, list) and len(v) == 4 and isinstance(v[0], int)
-                for v in sizes.values()) for sizes in document.values()):
-        return {"raw": document}
-    return None
+
+
+def deepspeed_summary(document):
+    """Whether a JSON document is DeepSpeed's log_summary(return_dict=True) saved."""
+    return isinstance(document, dict) and isinstance(document.get("summary"), dict) and \
+        isinstance(document.get("metadata"), dict)
+
+
+def deepspeed_raw(document):
+    """Whether a JSON document is DeepSpeed's get_raw_data() saved (it keeps no world size)."""
+    return isinstance(document, dict) and bool(document) and all(
+        isinstance(sizes, dict) and sizes and all(
+            isinstance(v, list) and len(v) == 4 and isinstance(v[0], int)
+            for v in sizes.values()) for sizes in document.values())
 
 
 def _suite_busbw(op, size, seconds, n):
@@ -350,13 +285,11 @@ def _suite_busbw(op, size, seconds, n):
     return size / seconds * factor
 
 
-def _from_deepspeed_logger(path, document):
+def from_deepspeed_logger(path, text):
     """One rank's log_summary: per op and size DeepSpeed's mean latency (its trimmed mean),
     the busbw recomputed by the suite's formulas (DeepSpeed's own differs for reduce_scatter,
     whose size it multiplies by n); barriers left out (no size)."""
-    if "raw" in document:
-        raise ReportError(f"{path}: DeepSpeed's get_raw_data() keeps no world size: save "
-                          "log_summary(return_dict=True) for report.py (replay.py reads both)")
+    document = json_document(text)
     n = document["metadata"].get("world_size")
     if not isinstance(n, int) or n < 1:
         raise ReportError(f"{path}: DeepSpeed comms logger summary without a world size")

@@ -1,9 +1,9 @@
-"""The sections of report.py html's page, one for each kind of input it recognises from the
-content (section_of): a run of the op scripts (tables, curves, its --groups layouts, --overlap,
---stats, --check and --repeat columns), a saved table or nccl-tests output, a doctor.py run (its
-heatmaps and verdict), a parallel_bench.py run, a replay.py run; and what they share: the
-figures as inline SVG, a table's cells, the command as typed (sizes and durations: units.py).
-html.py puts them on the page."""
+"""The sections of report.py html's page, one for each kind of input (kinds.KINDS recognises
+it from the content; its section is one of the `of_*` below): a run of the op scripts (tables,
+curves, its --groups layouts, --overlap, --stats, --check and --repeat columns), a saved table
+or nccl-tests output, a doctor.py run (its heatmaps and verdict), a parallel_bench.py run, a
+replay.py run; and what they share: the figures as inline SVG, a table's cells, the command as
+typed (sizes and durations: units.py). html.py puts them on the page."""
 
 import json
 import os
@@ -14,7 +14,7 @@ import tempfile
 from .. import results, units
 from . import layouts
 from . import doctor, replays, trials
-from .runs import ReportError, bandwidth, bandwidth_label, load_run, op_order, record_key
+from .runs import ReportError, bandwidth, bandwidth_label, op_order, record_key
 
 
 # ----------------------------------------------------------------------------- figures
@@ -299,30 +299,40 @@ def complete(section):
             "figure": None, "trials": None, **section}
 
 
-def section_of(path):
-    """(section, Run or None): what `path` holds, recognised from its content."""
-    if replays.is_replay(path):
-        return replay_section(path), None
-    if doctor.is_doctor_run(path):
-        return doctor_section(path), None
+# What each kind of input shows (kinds.KINDS): `(path, text, read)` -> (section, Run or None),
+# `read(path, text)` the kind's reader (or its one line, where the kind holds no run).
+
+def of_replay(path, text, read):
+    return replay_section(path), None
+
+
+def of_doctor(path, text, read):
+    return doctor_section(path), None
+
+
+def of_strategies(path, text, read):
+    meta, records = results.parse_all(results.output_format(path), text)
+    chosen = [r for r in records if r.get("type") == "strategy"]
+    if not chosen:
+        raise ReportError(f"{path}: no strategy measured in it")
+    return strategies_section(path, meta, chosen), None
+
+
+def of_results(path, text, read):
+    """A file named as a results file: its records' tables, with what ran."""
     try:
-        kind = results.output_format(path)
-    except results.ResultsError:
-        kind = None
-    if kind:
-        try:
-            meta, records = results.read_all(path)
-        except (OSError, ValueError, KeyError, results.ResultsError) as error:
-            load_run(path)  # its one line on what the file is (a trace, another JSON), if it has one
-            raise ReportError(f"{path}: not a results file of this suite ({error})") from None
-        if (meta or {}).get("kind") == "strategies":
-            chosen = [r for r in records if r.get("type") == "strategy"]
-            if not chosen:
-                raise ReportError(f"{path}: no strategy measured in it")
-            return strategies_section(path, meta, chosen), None
-        run = load_run(path)
-        final = results.final([r for r in records if r.get("type", "result") == "result"
-                               and "size_bytes" in r])
-        return suite_section(path, meta or {}, final, run), run
-    run = load_run(path)
+        meta, records = results.read_all(path)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError,
+            results.ResultsError) as error:
+        read(path, text)  # its own line on what is wrong with it, where it has one
+        raise ReportError(f"{path}: not a results file of this suite ({error})") from None
+    run = read(path, text)
+    final = results.final([r for r in records if r.get("type", "result") == "result"
+                           and "size_bytes" in r])
+    return suite_section(path, meta or {}, final, run), run
+
+
+def of_printed(path, text, read):
+    """A saved table or nccl-tests output: what it printed."""
+    run = read(path, text)
     return text_section(path, run), run
