@@ -212,3 +212,30 @@ def test_a_json_list_named_as_results_is_one_line_in_every_command(tmp_path):
         with pytest.raises(ReportError) as caught:
             read(path)
         assert str(caught.value).startswith(said)
+    for command in ("trials", "buckets"):
+        with pytest.raises(ReportError) as caught:
+            kinds.records_of(path, command, ("results",))
+        assert str(caught.value).startswith(said)
+
+
+def test_the_commands_that_read_records_name_what_else_they_were_given(tmp_path):
+    """trials, buckets and strategy --measured read a file's records, not its Run: a file of
+    another kind is one line naming what it is and what the command reads (a saved table gave
+    trials a traceback before)."""
+    table = written(tmp_path, "saved.txt", TABLE)
+    with pytest.raises(ReportError) as caught:
+        kinds.records_of(table, "trials", ("results", "replay", "strategies"))
+    assert str(caught.value) == (
+        f"{table}: a saved table of this suite, not what `report.py trials` reads (a results "
+        "file or a replay.py run or a parallel_bench.py run)")
+    doctor_run = written(tmp_path, "doctor.jsonl", lines(*DOCTOR))
+    with pytest.raises(ReportError, match=r"doctor.jsonl: a doctor.py run, not what "
+                                          r"`report.py buckets` reads \(a results file\)$"):
+        kinds.records_of(doctor_run, "buckets", ("results",))
+    results_file = written(tmp_path, "r.jsonl", lines({"type": "meta", "dist": "torch"}))
+    with pytest.raises(ReportError, match=r"r.jsonl: a results file, not what `report.py "
+                                          r"strategy --measured` reads \(a parallel_bench.py"):
+        kinds.records_of(results_file, "strategy --measured", ("strategies",))
+    kinds.records_of(results_file, "buckets", ("results",))  # taken: no error
+    kinds.records_of(written(tmp_path, "pb.jsonl", lines({"type": "meta", "kind": "strategies"})),
+                     "trials", ("results", "replay", "strategies"))

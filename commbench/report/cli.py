@@ -25,7 +25,7 @@ from commbench.numbers import byte_count, float_in, int_at_least
 from commbench.report import buckets, history, html, measured, strategy
 from commbench.report import trials
 from commbench.report.compare import compare, render
-from commbench.report.kinds import kind_of, load_run
+from commbench.report.kinds import kind_of, load_run, records_of
 from commbench.report.layouts import layouts, render_layouts
 from commbench.report.plot import plot
 from commbench.report.runs import ReportError
@@ -206,6 +206,7 @@ def parser():
 
 
 def _run_trials(args):
+    records_of(args.run, "trials", ("results", "replay", "strategies"))
     sizes = trials.analyse(args.run, args.spike_factor)
     print(trials.render(sizes))
     if args.plot:
@@ -219,6 +220,7 @@ def _run_import(args):
 
 
 def _run_buckets(args):
+    records_of(args.results, "buckets", ("results",))
     advice = buckets.advise(args.results, args.grad_mb, args.backward_ms, args.min_bucket)
     print(buckets.render(advice))
     if args.plot:
@@ -317,6 +319,7 @@ def _strategy(args):
 
 
 def _measured(args, run):
+    records_of(args.measured, "strategy --measured", ("strategies",))
     meta, records = measured.load(args.measured)
     extra = {"bucket_bytes": args.bucket_mb * 2 ** 20} if args.bucket_mb != 25 else {}
     workload = measured.workload(meta, records, args.gpu_mem, **extra)

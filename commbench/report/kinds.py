@@ -28,6 +28,7 @@ REPLAYS_IT = ("(replay.py's input), not a results file: `replay.py TRACE_DIR --o
 class Kind:
     name: str
     recognise: Callable  # (path, text) -> bool: text is the whole file, read once
+    what: str  # what the file is, as a line names it: "a saved table of this suite"
     run: Optional[Callable] = None  # (path, text) -> runs.Run; None: it holds no run
     refusal: Optional[str] = None  # why it holds no run: "{path}: {refusal}", one line
     # (path, text, read) -> (section, Run or None) (sections.of_*); None: refused, as `run`
@@ -171,39 +172,44 @@ def _is_a(path, name):
 
 
 KINDS = (
-    Kind("replay", _replay, run=_as_results, section=sections.of_replay,
+    Kind("replay", _replay, "a replay.py run", run=_as_results, section=sections.of_replay,
          compare=_compare_replays),
-    Kind("deepspeed-logger", _document(runs.deepspeed_summary), run=runs.from_deepspeed_logger,
-         section=_of_logger),
-    Kind("deepspeed-raw", _document(runs.deepspeed_raw),
+    Kind("deepspeed-logger", _document(runs.deepspeed_summary), "DeepSpeed's comms logger summary",
+         run=runs.from_deepspeed_logger, section=_of_logger),
+    Kind("deepspeed-raw", _document(runs.deepspeed_raw), "DeepSpeed's comms logger raw data",
          refusal="DeepSpeed's get_raw_data() keeps no world size: save "
                  "log_summary(return_dict=True) for report.py (replay.py reads both)"),
-    Kind("report-page", _report_page,
+    Kind("report-page", _report_page, "a page report.py html wrote",
          refusal="a page report.py html wrote, not a results file: give the runs it shows"),
-    Kind("html-page", lambda path, text: _html(text),
+    Kind("html-page", lambda path, text: _html(text), "an HTML page",
          refusal=f"an HTML page, not a results file ({READS})"),
-    Kind("image", _image, refusal=f"an image or a PDF, not a results file ({READS})"),
-    Kind("commbench-trace", _document(_commbench_trace),
+    Kind("image", _image, "an image or a PDF",
+         refusal=f"an image or a PDF, not a results file ({READS})"),
+    Kind("commbench-trace", _document(_commbench_trace), "a trace of commbench.trace.record",
          refusal=f"a trace of commbench.trace.record {REPLAYS_IT}"),
-    Kind("execution-trace", _document(_execution_trace),
+    Kind("execution-trace", _document(_execution_trace), "a PyTorch execution trace",
          refusal=f"a PyTorch execution trace {REPLAYS_IT}"),
-    Kind("param-trace", _document(_param_trace),
+    Kind("param-trace", _document(_param_trace), "a PARAM basic comms trace",
          refusal=f"a PARAM basic comms trace {REPLAYS_IT}"),
-    Kind("doctor", _meta_says("ops", ["doctor"]), section=sections.of_doctor, plot=doctor.heatmap,
+    Kind("doctor", _meta_says("ops", ["doctor"]), "a doctor.py run",
+         section=sections.of_doctor, plot=doctor.heatmap,
          refusal="a doctor.py run (hosts and links, not sizes): `report.py plot` draws its "
                  "heatmaps"),
-    Kind("strategies", _meta_says("kind", "strategies"), run=runs.from_results,
-         section=sections.of_strategies),
-    Kind("results", lambda path, text: _named_results(path) is not None, run=runs.from_results,
-         section=sections.of_results),
-    Kind("quoted-tables", _quoted_tables,
+    Kind("strategies", _meta_says("kind", "strategies"), "a parallel_bench.py run",
+         run=runs.from_results, section=sections.of_strategies),
+    Kind("results", lambda path, text: _named_results(path) is not None, "a results file",
+         run=runs.from_results, section=sections.of_results),
+    Kind("quoted-tables", _quoted_tables, "a document that quotes tables",
          refusal="a document that quotes tables (in markdown code blocks), not a saved table "
                  "of this suite; give a run's own stdout (> results.txt) or its --output file"),
-    Kind("table", lambda path, text: _tables(text), run=runs.from_table,
-         section=sections.of_printed),
-    Kind("nccl-tests", _nccl_tests, run=runs.from_nccl_tests, section=sections.of_printed),
+    Kind("table", lambda path, text: _tables(text), "a saved table of this suite",
+         run=runs.from_table, section=sections.of_printed),
+    Kind("nccl-tests", _nccl_tests, "nccl-tests output",
+         run=runs.from_nccl_tests, section=sections.of_printed),
 )
 
+
+KIND_WHAT = {kind.name: kind.what for kind in KINDS}
 
 # ---------------------------------------------------------------------------- reading a file
 
@@ -230,6 +236,22 @@ def load_run(path):
     """The Run in `path`, or the one line that says why it holds none."""
     kind, text = identify(path)
     return kind.read(path, text)
+
+
+def records_of(path, command, kinds):
+    """For the commands that read a file's records rather than its Run (trials, buckets,
+    strategy --measured): one line, naming what the file is, unless it is of one of `kinds`."""
+    kind, text = identify(path)
+    if kind.name == "results":  # named as one: it must read as one
+        try:
+            results.parse_all(_named_results(path), text)
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            why = str(error).splitlines()[0] if str(error) else ""
+            raise ReportError(f"{path}: not a results file of this suite "
+                              f"({type(error).__name__}: {why})") from None
+    if kind.name not in kinds:
+        raise ReportError(f"{path}: {kind.what}, not what `report.py {command}` reads "
+                          f"({' or '.join(KIND_WHAT[name] for name in kinds)})")
 
 
 def section_of(path):
