@@ -10,7 +10,10 @@
             spikes, or no comb that fits: no period (a quiet run: spikes that come at random).
   stragglers per rank: how often it called the trial last, by how much after the median of the
             others each time (the time the others waited for it), and its host; a rank is named
-            the straggler when it caused more than half of all that waiting
+            the straggler when it caused more than half of all that waiting and that waiting is
+            at least MATERIAL (10%) of the trials' time: a rank last by a fraction of a
+            millisecond in most trials of a quiet run (rank 0, which keeps the store, or the
+            end of a ring) slows no one that matters, and is listed, not named
   drift     the least-squares slope of the trial time over trials 2..T, spikes left out, with
             its 95% interval: drift only when the interval leaves out 0
 
@@ -28,6 +31,7 @@ from .runs import ReportError
 
 MIN_SPIKES = 3
 COMB_SHARE = 0.6
+MATERIAL = 0.10  # the straggler's waiting, at least this share of the trials' time
 CHANCE = 0.01  # family-wise: the chance of a comb so full with spikes that come at random
 
 
@@ -142,9 +146,10 @@ def analyse(path, factor=2.0):
         comb = period(spiked, len(times))
         late = stragglers(arrivals)
         order = sorted(range(len(ranks)), key=lambda r: late[r][2], reverse=True)
-        named = None
-        waiting = sum(row[2] for row in late)
-        if len(order) > 1 and waiting > 0 and late[order[0]][2] > waiting / 2:
+        named, waiting = None, sum(row[2] for row in late)
+        most = late[order[0]][2] / sum(times) if len(order) > 1 and sum(times) > 0 else 0.0
+        if len(order) > 1 and waiting > 0 and late[order[0]][2] > waiting / 2 and \
+                most >= MATERIAL:
             named = ranks[order[0]]
         last_in_spikes = {}
         for i in spiked:
@@ -162,9 +167,19 @@ def analyse(path, factor=2.0):
                 "seconds": period_seconds(times, comb[0], comb[1], spiked)},
             "stragglers": [{"rank": ranks[r], "last": late[r][0], "median_late_s": late[r][1],
                             "total_late_s": late[r][2]} for r in order],
-            "straggler": named, "last_in_spikes": last_in_spikes, "drift": drift(times, spiked), "times": times,
-            "durations": durations})
+            "straggler": named, "most_waiting_share": most, "last_in_spikes": last_in_spikes,
+            "drift": drift(times, spiked), "times": times, "durations": durations})
     return sizes
+
+
+def _why_none(s):
+    top = s["stragglers"][0]
+    waiting = sum(row["total_late_s"] for row in s["stragglers"])
+    if waiting <= 0 or top["total_late_s"] <= waiting / 2:
+        return "no rank caused more than half of the waiting"
+    return (f"rank {top['rank']} caused most of the waiting, {units.duration(top['total_late_s'])}"
+            f", {s['most_waiting_share']:.0%} of the trials' time: under the {MATERIAL:.0%} that "
+            "names one")
 
 
 def render(sizes):
@@ -204,7 +219,7 @@ def render(sizes):
         if len(s["ranks"]) == 1:
             lines.append("  last to call  - (one rank: no arrivals to compare)")
         elif s["straggler"] is None:
-            lines.append("  straggler     none (no rank caused more than half of the waiting)")
+            lines.append(f"  straggler     none ({_why_none(s)})")
         d = s["drift"]
         if d is None:
             lines.append("  drift         - (fewer than 4 steady trials)")
