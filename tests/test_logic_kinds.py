@@ -232,10 +232,12 @@ def test_the_commands_that_read_records_name_what_else_they_were_given(tmp_path)
     with pytest.raises(ReportError, match=r"doctor.jsonl: a doctor.py run, not what "
                                           r"`report.py buckets` reads \(a results file\)$"):
         kinds.records_of(doctor_run, "buckets", ("results",))
+    with pytest.raises(ReportError, match=r"saved.txt: a saved table of this suite, not what "
+                                          r"`report.py strategy --measured` reads \(a "
+                                          r"parallel_bench.py run\)$"):
+        kinds.records_of(table, "strategy --measured", ("strategies", "results"),
+                         reads="a parallel_bench.py run")
     results_file = written(tmp_path, "r.jsonl", lines({"type": "meta", "dist": "torch"}))
-    with pytest.raises(ReportError, match=r"r.jsonl: a results file, not what `report.py "
-                                          r"strategy --measured` reads \(a parallel_bench.py"):
-        kinds.records_of(results_file, "strategy --measured", ("strategies",))
     kinds.records_of(results_file, "buckets", ("results",))  # taken: no error
     kinds.records_of(written(tmp_path, "pb.jsonl", lines({"type": "meta", "kind": "strategies"})),
                      "trials", ("results", "replay", "strategies"))

@@ -319,7 +319,9 @@ def _strategy(args):
 
 
 def _measured(args, run):
-    records_of(args.measured, "strategy --measured", ("strategies",))
+    # a results file of the op scripts: measured.load's own line (no strategy runs in it)
+    records_of(args.measured, "strategy --measured", ("strategies", "results"),
+               reads="a parallel_bench.py run")
     meta, records = measured.load(args.measured)
     extra = {"bucket_bytes": args.bucket_mb * 2 ** 20} if args.bucket_mb != 25 else {}
     workload = measured.workload(meta, records, args.gpu_mem, **extra)

@@ -238,9 +238,10 @@ def load_run(path):
     return kind.read(path, text)
 
 
-def records_of(path, command, kinds):
+def records_of(path, command, kinds, reads=None):
     """For the commands that read a file's records rather than its Run (trials, buckets,
-    strategy --measured): one line, naming what the file is, unless it is of one of `kinds`."""
+    strategy --measured): one line, naming what the file is and what the command `reads`,
+    unless it is of one of `kinds` (whose records the command then judges itself)."""
     kind, text = identify(path)
     if kind.name == "results":  # named as one: it must read as one
         try:
@@ -250,8 +251,8 @@ def records_of(path, command, kinds):
             raise ReportError(f"{path}: not a results file of this suite "
                               f"({type(error).__name__}: {why})") from None
     if kind.name not in kinds:
-        raise ReportError(f"{path}: {kind.what}, not what `report.py {command}` reads "
-                          f"({' or '.join(KIND_WHAT[name] for name in kinds)})")
+        reads = reads or " or ".join(KIND_WHAT[name] for name in kinds)
+        raise ReportError(f"{path}: {kind.what}, not what `report.py {command}` reads ({reads})")
 
 
 def section_of(path):
