@@ -203,6 +203,17 @@ def test_sections_of_the_kinds_that_show_without_a_run(tmp_path):
     assert run.ops["all_reduce"][16].size == 16
 
 
+@pytest.mark.parametrize("name", ["rank0.json", "rank0.jsonl", "rank0.log"])
+def test_a_deepspeed_logger_summary_is_a_section_whatever_its_name(tmp_path, name):
+    """docs/replay.md saves it as comms/rank0.json: html refused that name as a results file
+    without a meta record ("('meta')"), while compare and plot read it."""
+    section, run = kinds.section_of(written(tmp_path, name, json.dumps(SUMMARY)))
+    assert section["what"] == [("source", "DeepSpeed's comms logger, one rank's "
+                                          "log_summary(return_dict=True)")]
+    assert list(section["tables"]) == ["all_reduce"] and run.world_size == 2
+    assert section["tables"]["all_reduce"]["rows"][0][1]["text"] == "1.000 ms"
+
+
 def test_a_json_list_named_as_results_is_one_line_in_every_command(tmp_path):
     """A JSON list that is no trace, saved as .json: commbench.results cannot read it (its meta
     is looked up in a list). html's section said so with a traceback before kinds.py."""

@@ -11,13 +11,13 @@ autoescaped.
 
 Each file given is recognised from its content: a run of the op scripts (tables, curves, and
 its --groups layouts, --overlap, --stats, --check and --repeat columns when present), a saved
-table or nccl-tests output (curves and tables from what they print), a doctor.py run (its
-heatmaps and verdict), a parallel_bench.py run (its strategies), a replay.py run (its tables
-and the job against the replay). Two or more runs of the op scripts: compare's verdicts, each
-against the first, and their curves overlaid. The page leads with the answer: a summary of each
-run's headline figures (and the verdicts, with the sizes only one run has and a verdict on few
-sizes said so), what ran (the command as typed), the curves, the tables, the legend last. The
-file is written whole or not at all."""
+table, nccl-tests output or one rank's DeepSpeed comms logger summary (curves and tables from
+their figures), a doctor.py run (its heatmaps and verdict), a parallel_bench.py run (its
+strategies), a replay.py run (its tables and the job against the replay). Two or more runs of
+the op scripts: compare's verdicts, each against the first, and their curves overlaid. The page
+leads with the answer: a summary of each run's headline figures (and the verdicts, with the
+sizes only one run has and a verdict on few sizes said so), what ran (the command as typed),
+the curves, the tables, the legend last. The file is written whole or not at all."""
 
 import io
 import os

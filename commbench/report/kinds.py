@@ -150,10 +150,11 @@ def _as_results(path, text):
 
 
 def _of_logger(path, text, read):
-    """DeepSpeed's logger summary: as a results file where it is named as one, else as what it
-    printed."""
-    shown = sections.of_results if _named_results(path) else sections.of_printed
-    return shown(path, text, read)
+    """DeepSpeed's logger summary: its figures, as a saved table's (whatever it is named: the
+    docs save it as rank0.json, which html once refused as a results file without a meta)."""
+    run = read(path, text)
+    return sections.text_section(path, run, "DeepSpeed's comms logger, one rank's "
+                                 "log_summary(return_dict=True)"), run
 
 
 def _compare_replays(a, b, noise, form):

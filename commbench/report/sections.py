@@ -215,8 +215,9 @@ def suite_section(path, meta, records, run):
     return section
 
 
-def text_section(path, run):
-    """A saved table or nccl-tests output: what it printed."""
+def text_section(path, run, source="a saved table or nccl-tests output (no meta record)"):
+    """A saved table or nccl-tests output (or another tool's figures: `source`): what it
+    printed."""
     tables = {}
     for key in op_order(run.ops):
         rows = [[cell(units.size(size), size), cell(units.duration(m.duration), m.duration),
@@ -225,7 +226,7 @@ def text_section(path, run):
         tables[key] = {"heads": ["Size", "Duration", f"BusBW ({bandwidth_label(run.bw_unit)})"],
                        "rows": rows}
     return {"kind": "suite", "path": path, "title": run.label, "tables": tables,
-            "what": [("source", "a saved table or nccl-tests output (no meta record)")],
+            "what": [("source", source)],
             "warnings": [], "layouts": None}
 
 
