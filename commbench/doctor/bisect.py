@@ -14,7 +14,9 @@ figure (its best pair against the median, counted only under 0.75). Under 1/SLOW
   other is split again, about log2 N rounds; halves alike twice stop it (both fine: the group
   needs all its hosts' load; both slow: the fault is in both, the machine was busy, or the
   whole fabric);
-- the last split is measured once more (the same half slower again, or nothing is named); the
+- the last split is measured once more: the same half slower again, and slower by APART on
+  the mean of every measurement of that split (one that came out alike counts too: two of
+  three over the bar by a hair is not enough), or nothing is named; the
   group found is a switch when it is the live hosts of one (with the topology), else a group
   of hosts (without it: a switch or uplink, nothing says which), one host alone a slow host
   (under the fleet's load only).
@@ -109,12 +111,17 @@ def run(figures, judgement, collective, number):
             f"the fleet-wide collective ran at {math.exp(whole):.2f}x what its pairs predict; "
             "its halves alike: the machine was busy, or the whole fabric (nothing named)")
         return number - start
-    parent, a, b, first = last  # the last split again, at once: the same half slower?
+    parent, a, b, first, gaps = last  # the last split again, at once: the same half slower?
     ra, rb = ratios(list(padded(parent, a, b)))
-    if not (abs(ra - rb) >= APART and (ra < rb) == first):
+    mean = statistics.fmean(gaps + [ra - rb])
+    if not (abs(ra - rb) >= APART and (ra < rb) == first and abs(mean) >= APART
+            and (mean < 0) == first):
         judgement.cleared.append(
             f"the fleet-wide collective ran at {math.exp(whole):.2f}x what its pairs predict; "
-            "bisected, its last split measured again did not repeat (nothing named)")
+            "bisected, its last split measured again did not hold: the slower half at "
+            f"{math.exp(-abs(ra - rb)):.3f}x the other, {math.exp(-abs(mean)):.3f}x on the mean "
+            f"of its {len(gaps) + 1} measurements (the bar {math.exp(-APART):.3f}x; nothing "
+            "named)")
         return number - start
     _name(figures, judgement, sorted(group), whole, number - start, min(ra, rb))
     return number - start
@@ -122,20 +129,22 @@ def run(figures, judgement, collective, number):
 
 def _narrow(group, leaf, measure):
     """Halve `group` while one half is slower than the other (measure(group, a, b): the halves'
-    log ratios, at once). Returns (the group found, the last split (parent, a, b, a slower) or
-    None when the first split's halves were alike)."""
+    log ratios, at once). Returns (the group found, the last split (parent, a, b, a slower, the
+    gaps ra - rb it measured) or None when the first split's halves were alike)."""
     last = None
     while len(group) > 1:
         a, b = halves(group, leaf)
         if not a or not b:
             break
         ra, rb = measure(group, a, b)
+        gaps = [ra - rb]
         if abs(ra - rb) < APART:  # alike: once more (a pair's residual can hide 2x)
             ra, rb = measure(group, a, b)
+            gaps.append(ra - rb)
         if abs(ra - rb) < APART:
             break  # alike twice (both fine: the group needs all of its load; both slow: the
             # fault is in both, or the machine was busy): nothing to narrow
-        last = (group, a, b, ra < rb)
+        last = (group, a, b, ra < rb, gaps)
         group = a if ra < rb else b
     return group, last
 
