@@ -149,6 +149,31 @@ def _by_hand(retest_gbps, control_gbps):
     return fleet.confirm(figures, judgement)
 
 
+def test_every_suspect_is_retested_when_the_good_hosts_run_short_in_a_round():
+    """12 hosts, hosts 0-3 slow in every pair (6 and 7 met only them: suspects too), 6 good
+    hosts: a round retests two suspects (a good partner and a control pair of two good hosts
+    each); the others wait for the next round. They gave up instead, and were named "not
+    retested" (CI, 2026-12-06: host 15 of 16 simulated hosts, slow in the screen by noise, named
+    so beside the real slow host)."""
+    figures = Figures([f"n{h}" for h in range(12)], 0.5)
+    for number, pairs in enumerate([[(0, 4), (1, 5), (2, 6), (3, 7), (8, 9), (10, 11)],
+                                    [(0, 5), (1, 6), (2, 7), (3, 8), (4, 9), (10, 11)],
+                                    [(0, 6), (1, 7), (2, 8), (3, 9), (4, 10), (5, 11)]]):
+        for a, b in pairs:
+            bw = (1.0 if a < 4 else 6.0 + 0.05 * (a + b)) * GBPS
+            figures.measured.append((number, a, b, Link(20e-6, bw, bw, 2 * bw)))
+            figures.links[(a, b)] = figures.measured[-1][3]
+    judgement = fleet.first_pass(figures)
+    assert [f.hosts for f in judgement.suspects] == [(0,), (1,), (2,), (3,), (6,), (7,)]
+    rounds, controls = fleet.retest_plan(figures, judgement)
+    for finding in judgement.suspects:
+        assert len(finding.pairs) == 2, (finding.hosts, rounds)  # per_host, each
+    for pairs in rounds:
+        hosts = [h for p in pairs for h in p]
+        assert len(hosts) == len(set(hosts))  # disjoint: measured at once
+    assert len(rounds) == 6 and all(any(p in controls for p in pairs) for pairs in rounds)
+
+
 def test_a_retest_slow_beside_a_fast_control_names_the_host():
     judgement = _by_hand(retest_gbps=3.0, control_gbps=6.0)
     assert [f.hosts for f in judgement.findings] == [(0,)]
