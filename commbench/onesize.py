@@ -10,7 +10,7 @@ from .collective import get_bw
 from .errors import PROG, BenchmarkError
 from .guard import RESULTS_LOCK
 from .table import duration_text, emit_or_stop, note, print_row
-from . import gathered, groups as grouping, overlap, precision, trials as per_trial
+from . import gathered, groups as grouping, lateness, overlap, precision, trials as per_trial
 from .timing import STATS, interval, odd_window, summarize, time_op, window
 
 
@@ -56,7 +56,7 @@ def timed_collective(collective, input, output, args, comm, meter=None, earlier=
                     window_trials=[w.count for w in windows])
     everyone = gathered.gather(comm, mine)
     trial_figures = comm.gather_figures(per_trial.figures(timing)) \
-        if timing.arrivals is not None else None
+        if timing.arrivals is not None else None  # --per-trial or --stats
     # (--precision: many windows, where an outlier is expected now and then and the interval
     # already carries it)
     if len(windows) > 1 and args.precision is None:
@@ -64,24 +64,30 @@ def timed_collective(collective, input, output, args, comm, meter=None, earlier=
         if odd:
             note(comm, f"WARNING: {collective.name} at {input.element_size() * input.nelement()} "
                        f"bytes per rank: {odd}")
-    found = _each_group(collective, input, args, comm, everyone, trial_figures, len(windows))
+    found = _each_group(collective, input, args, comm, everyone, trial_figures, len(windows),
+                        timing.clocks)
     if args.debug and collective.debug is not None:
         emit_or_stop(comm, sys.stderr, f"{PROG}: [rank {comm.global_rank}] "
                                        f"{collective.debug(comm, input, output)}", "--debug output")
     return found
 
 
-def _each_group(collective, input, args, comm, everyone, trial_figures, repeat):
+def _each_group(collective, input, args, comm, everyone, trial_figures, repeat, timing_clocks):
     """Each group's record and row from every rank's figures: group 0's row at once, the others'
     kept for their own table after the op (--groups); --check's failures kept. Returns the
     record of this rank's group."""
     kind, groups, own = comm.group_layout
     found = None
     for index, ranks in enumerate(groups):
+        # every trial of every rank on rank 0's clock (--per-trial keeps it; --stats names its
+        # slowest rank from it): rank 0 alone holds the clocks' alignment
+        entry = per_trial.encode([trial_figures[r] for r in ranks], ranks, comm.hostnames,
+                                 timing_clocks) \
+            if trial_figures is not None and comm.global_rank == 0 else None
         record, row = _group_result(collective, input, args, comm, [everyone[r] for r in ranks],
-                                    ranks, repeat)
-        if trial_figures is not None and comm.global_rank == 0:
-            record["per_trial"] = per_trial.encode([trial_figures[r] for r in ranks], ranks)
+                                    ranks, repeat, entry)
+        if entry is not None and args.per_trial:
+            record["per_trial"] = entry
         if kind != "world":
             record.update(groups=kind, group=index, group_ranks=ranks)
             where = f" in {grouping.header_qualifier(kind, index, ranks, comm.hostnames)}"
@@ -107,10 +113,10 @@ def _each_group(collective, input, args, comm, everyone, trial_figures, repeat):
     return found
 
 
-def _group_result(collective, input, args, comm, per_rank, ranks, repeat):
+def _group_result(collective, input, args, comm, per_rank, ranks, repeat, entry=None):
     """The record and the table row (print_row's arguments after comm) of one group's ranks'
     figures (`per_rank`: timed_collective's named figures, in the order of `ranks`, global
-    ranks)."""
+    ranks; `entry`: their trials on rank 0's clock, trials.encode's, on rank 0)."""
     lead = per_rank[0]
     mean, trials = lead["mean_s"], int(lead["trials"])
     size, numel = input.element_size() * input.nelement(), input.nelement()
@@ -135,7 +141,7 @@ def _group_result(collective, input, args, comm, per_rank, ranks, repeat):
     if target is not None:
         extra.append(str(repeat))
     if args.stats:
-        extra += _stats_figures(record, per_rank, ranks, args, comm)
+        extra += _stats_figures(record, per_rank, ranks, args, comm, entry)
     if "overlap" in lead:
         figures = lead["overlap"]
         record["overlap"] = dict(zip(overlap.FIELDS, figures))
@@ -178,21 +184,27 @@ def _repeat_figures(record, lead, repeat, target):
     return text
 
 
-def _stats_figures(record, per_rank, ranks, args, comm):
+def _stats_figures(record, per_rank, ranks, args, comm, entry):
     """--stats' part of the record (the lead rank's statistics, every rank's, the slowest
     rank) and its columns' texts."""
     record["stats"] = dict(zip(STATS, per_rank[0]["stats"]))
     record["stats_per_rank"] = [dict(zip(STATS + ("late_s",), f["stats"] + [f["late_s"]]))
                                 for f in per_rank]
-    # The straggler is the rank the others wait for: in a collective every rank's trials end
-    # together, so the one that is slowest is the one that comes latest to each call.
-    slowest = ranks[max(range(len(ranks)), key=lambda i: per_rank[i]["late_s"])]
+    # The slowest rank is the straggler by commbench/lateness.py's rule, the one report.py
+    # trials applies: "-" when the evidence names no one (none late beyond the clocks' error
+    # or by the call times, or the waiting it caused under 10% of the trials' time).
+    slowest = None
+    if entry is not None:
+        decoded = per_trial.decode(entry)
+        bounds = [decoded.host_errors.get(comm.hostnames[r], decoded.error) for r in ranks]
+        named = lateness.judge(decoded, record["op"], bounds).named
+        slowest = None if named is None else ranks[named]
     record["slowest_rank"] = slowest
-    record["slowest_host"] = comm.hostnames[slowest]
+    record["slowest_host"] = None if slowest is None else comm.hostnames[slowest]
     return [duration_text(args, record["stats"]["median_s"]),
             duration_text(args, record["stats"]["p99_s"]),
             # across hosts, the straggler's host too: which link or node to look at
-            str(slowest) if len(set(comm.hostnames)) == 1 else
+            "-" if slowest is None else str(slowest) if len(set(comm.hostnames)) == 1 else
             f"{slowest}@{comm.hostnames[slowest]}"]
 
 

@@ -14,7 +14,7 @@ import torch
 import torch.distributed
 
 from .numbers import t975
-from . import whereabouts
+from . import clocks, whereabouts
 
 
 class _HostMarks:
@@ -120,11 +120,13 @@ class Timing:
     count: int  # trials timed
     trials: Optional[list] = None  # with --stats: seconds of each trial, end to end
     late: float = 0.0  # with --stats: mean seconds between a trial's end and the next call
-    # with --per-trial: seconds from the synchronised start (the barrier's exit) to each
-    # trial's call on this rank, and the bound on that start's skew between ranks (this rank's
-    # time in the barrier: every rank leaves it after the last one entered)
+    # with --per-trial or --stats: seconds from this rank's start of the timed window to each
+    # trial's call; `start`: that start on this rank's clock (clocks.now()); `clocks`: on rank 0,
+    # every host's offset to its clock, before and after the trials (clocks.alignment)
     arrivals: Optional[list] = None
-    origin_error: float = 0.0
+    start: float = 0.0
+    clocks: Optional[dict] = None
+    in_call: Optional[list] = None  # seconds from each trial's call to its return
 
 
 DELAY_VARIABLE = "COMMBENCH_INJECT_DELAY"
@@ -195,23 +197,23 @@ def time_op(call, args, comm):
                                                                  comm)
     if where is not None and marked:
         where.marks = marks  # read by the deadline's thread only
-    origin_error = 0.0
-    if per_trial:  # the origin of arrivals: a barrier's exit, its skew bounded by its length
-        entered = time.perf_counter()
+    if marked:  # arrivals on rank 0's clock: each host's offset to it, before the trials
+        before = clocks.measure(comm)
         comm.sync_all()
-        origin_error = time.perf_counter() - entered
     marks.mark(0)
     if marked:
+        start = clocks.now()
         _issue_marked(call, count, args.async_op, marks, _injected_delay(comm))
         marks.mark(2 * count)  # after the waits of async ops
         trials = [marks.between(2 * i - 2, 2 * i) for i in range(1, count + 1)]
         late = sum(marks.between(2 * i - 2, 2 * i - 1) for i in range(1, count + 1)) / count
-        arrivals = [marks.between(0, 2 * i - 1) for i in range(1, count + 1)] \
-            if per_trial else None
+        arrivals = [marks.between(0, 2 * i - 1) for i in range(1, count + 1)]
+        in_call = [marks.between(2 * i - 1, 2 * i) for i in range(1, count + 1)]
         if where is not None:
             where.at("after trials")
+        aligned = clocks.alignment(before, clocks.measure(comm))  # and after them (drift)
         return Timing(marks.between(0, 2 * count) / count, count, trials, late, arrivals,
-                      origin_error)
+                      start, aligned, in_call)
     _issue(call, count, args.async_op, _injected_delay(comm))
     marks.mark(1)
     if where is not None:

@@ -1,20 +1,30 @@
 """--per-trial: every timed trial of every rank, kept compactly in a size's record.
 
 A size's record gains "per_trial": {"ranks": [global ranks], "trials": T, "encoding":
-"float32-le-base64-us", "duration_us": ..., "arrival_us": ..., "clock_error_us": E}.
+"float32-le-base64-us", "duration_us", "arrival_us", "first_us", "call_us", "origin_s",
+"clock", "clock_error_us", "host_error_us"}.
 duration_us: rank-major, T figures a rank: each trial end to end on that rank (the end of the
 one before to its own end, as --stats' trials). arrival_us: rank-major too: when the rank called
-the trial, after the first rank to call it. Both microseconds, float32 little-endian, base64:
-8 bytes a trial and rank before base64, so 1,000 trials on 64 ranks make 512,000 bytes, 683 KB
-of text a size.
+the trial, after the first rank to call it. first_us: T figures: when the first rank called each
+trial, after the origin (the earliest start of a timed window among the ranks), so a rank called
+trial i at first_us[i] + its arrival_us[i]. call_us: rank-major: the time in the call, from the
+call to its return (the trial's end on that rank). Microseconds, float32 little-endian, base64:
+12 bytes a trial and rank and 4 a trial before base64, so 1,000 trials on 64 ranks make 772,000
+bytes, 1 MB of text a size. origin_s: the origin on
+rank 0's clock (seconds, CLOCK_MONOTONIC: the sizes of one run on one time line).
 
-Clocks: every rank reads its own monotonic clock from the exit of a barrier just before the
-timed window (the origin); a rank leaves a barrier only after the last one entered it, so the
-origins differ by at most the longest time a rank spent in that barrier: clock_error_us, the
-bound of every arrival's error (the clocks' drift over the window aside: parts per million)."""
+Clocks (commbench/clocks.py): every figure is on rank 0's clock. "clock": "shared" when every
+rank is on one host (one kernel clock: no error from alignment, clock_error_us 0), "measured"
+when hosts' offsets were measured by round trips before and after the trials; host_error_us:
+each host's bound, clock_error_us the largest. Files of earlier versions: "clock" absent (a
+barrier's exit as the origin, clock_error_us its bound), no first_us and start_us."""
 
 import base64
 import struct
+from dataclasses import dataclass, field
+from typing import Optional
+
+from . import clocks
 
 ENCODING = "float32-le-base64-us"
 
@@ -31,25 +41,73 @@ def _unpack(text, count):
 
 
 def figures(timing):
-    """What this rank gathers for its record: [origin error, trials..., arrivals...]."""
-    return [timing.origin_error] + list(timing.trials) + list(timing.arrivals)
+    """What this rank gathers for its record: [start on its clock, trials..., arrivals...
+    (after the start), times in the call...]."""
+    return [timing.start] + list(timing.trials) + list(timing.arrivals) + list(timing.in_call)
 
 
-def encode(per_rank, ranks):
-    """The record's "per_trial" from each rank's figures() (in the order of `ranks`)."""
-    count = (len(per_rank[0]) - 1) // 2
+def encode(per_rank, ranks, hostnames, aligned):
+    """The record's "per_trial" from each rank's figures() (in the order of `ranks`, global
+    ranks), the world's host names and rank 0's clock alignment (Timing.clocks)."""
+    count = (len(per_rank[0]) - 1) // 3
     durations = [f[1:1 + count] for f in per_rank]
-    starts = [f[1 + count:] for f in per_rank]
-    first = [min(s[i] for s in starts) for i in range(count)]
+    in_call = [f[1 + 2 * count:] for f in per_rank]
+    hosts = [hostnames[r] for r in ranks]
+
+    def on_ours(rank_index, t):  # a reading of that rank's clock, on rank 0's
+        return t - clocks.offset_at(aligned[hosts[rank_index]], t)
+    starts = [on_ours(k, f[0]) for k, f in enumerate(per_rank)]
+    origin = min(starts)
+    calls = [[on_ours(k, f[0] + a) - origin for a in f[1 + count:1 + 2 * count]]
+             for k, f in enumerate(per_rank)]
+    first = [min(c[i] for c in calls) for i in range(count)]
+    bounds = {host: aligned[host][4] for host in dict.fromkeys(hosts)}
     return {"ranks": list(ranks), "trials": count, "encoding": ENCODING,
             "duration_us": _pack([d * 1e6 for row in durations for d in row]),
-            "arrival_us": _pack([(s[i] - first[i]) * 1e6 for s in starts for i in range(count)]),
-            "clock_error_us": max(f[0] for f in per_rank) * 1e6}
+            "arrival_us": _pack([(c[i] - first[i]) * 1e6 for c in calls for i in range(count)]),
+            "first_us": _pack([f * 1e6 for f in first]),
+            "call_us": _pack([d * 1e6 for row in in_call for d in row]),
+            "origin_s": origin,
+            "clock": "shared" if len(set(hostnames)) == 1 else "measured",
+            "clock_error_us": max(bounds.values()) * 1e6,
+            "host_error_us": {host: bound * 1e6 for host, bound in bounds.items()}}
+
+
+@dataclass
+class Trials:
+    """One size's per-trial figures, decoded (seconds; rows in the order of `ranks`)."""
+    ranks: list
+    durations: list  # [rank index][trial]: end to end
+    arrivals: list  # [rank index][trial]: the call after the first rank's call of that trial
+    error: float  # the bound of an arrival's error (the worst host's)
+    clock: str  # "shared", "measured", or "barrier" (files of earlier versions)
+    first: Optional[list] = None  # [trial]: the first call after the origin
+    in_call: Optional[list] = None  # [rank index][trial]: from the call to its return
+    origin: Optional[float] = None  # the origin on rank 0's clock
+    host_errors: dict = field(default_factory=dict)
+
+    @property
+    def count(self):
+        return len(self.durations[0])
+
+    def calls(self):
+        """[rank index][trial]: when it called each trial, after the origin; None without
+        first_us (files of earlier versions)."""
+        if self.first is None:
+            return None
+        return [[f + a for f, a in zip(self.first, row)] for row in self.arrivals]
+
+    def ends(self):
+        """[rank index][trial]: when each trial ended on that rank, after the origin; None
+        without first_us and call_us (files of earlier versions)."""
+        calls = self.calls()
+        if calls is None or self.in_call is None:
+            return None
+        return [[c + d for c, d in zip(row, spent)] for row, spent in zip(calls, self.in_call)]
 
 
 def decode(entry):
-    """(ranks, durations[rank index][trial] s, arrivals[rank index][trial] s, clock error s);
-    ValueError when the entry is not what encode() writes."""
+    """The Trials of a record's "per_trial"; ValueError when it is not what encode() writes."""
     if not isinstance(entry, dict) or entry.get("encoding") != ENCODING:
         raise ValueError(f"encoding {entry.get('encoding') if isinstance(entry, dict) else None!r}"
                          f" is not {ENCODING}")
@@ -60,9 +118,16 @@ def decode(entry):
         durations = _unpack(entry["duration_us"], count * len(ranks))
         arrivals = _unpack(entry["arrival_us"], count * len(ranks))
         error = float(entry["clock_error_us"]) / 1e6
+        first = _unpack(entry["first_us"], count) if "first_us" in entry else None
+        in_call = _unpack(entry["call_us"], count * len(ranks)) if "call_us" in entry else None
+        origin = float(entry["origin_s"]) if "origin_s" in entry else None
+        host_errors = {str(k): float(v) / 1e6 for k, v in (entry.get("host_error_us") or {}).items()}
     except (KeyError, TypeError, AttributeError, base64.binascii.Error) as problem:
         raise ValueError(f"missing or malformed field ({problem})") from None
 
     def rows(flat):
         return [[v / 1e6 for v in flat[i * count:(i + 1) * count]] for i in range(len(ranks))]
-    return ranks, rows(durations), rows(arrivals), error
+    return Trials(ranks, rows(durations), rows(arrivals), error, entry.get("clock", "barrier"),
+                  None if first is None else [v / 1e6 for v in first],
+                  None if in_call is None else rows(in_call), origin,
+                  host_errors)

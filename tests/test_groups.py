@@ -47,8 +47,9 @@ def test_layouts_across_two_hosts(hosts, tmp_path, dist):  # noqa: F811
         grouped = "layout" in table.qualifiers
         assert table.devices == (2 if grouped or table.op == "pt2pt" else 4)
         assert table.rows and all(row.extra[-1] == "0" for row in table.rows)
-        # the straggler is one of the group's own ranks, named with its host
-        slowest = {int(row.extra[-2].split("@")[0]) for row in table.rows}
+        # the straggler, where the evidence names one, is one of the group's own ranks
+        slowest = {int(row.extra[-2].split("@")[0]) for row in table.rows
+                   if row.extra[-2] != "-"}
         assert slowest <= set(table.qualifiers.get("ranks") or range(4))
         # sizes follow the group's size: the scan's n x 2^p with n = 2 in a layout
         if grouped and table.op == "all_reduce":
@@ -67,8 +68,9 @@ def test_layouts_across_two_hosts(hosts, tmp_path, dist):  # noqa: F811
     for r in intra:  # a group's figure is its first rank's; its spread, its own ranks'
         assert r["duration_s"] == r["durations_per_rank_s"][0]
         assert len(r["durations_per_rank_s"]) == 2
-        assert meta["hostnames"][r["slowest_rank"]] == r["slowest_host"]
-        assert r["slowest_rank"] in r["group_ranks"]
+        if r["slowest_rank"] is not None:  # None: no straggler beyond the evidence
+            assert meta["hostnames"][r["slowest_rank"]] == r["slowest_host"]
+            assert r["slowest_rank"] in r["group_ranks"]
         # algbw of all_reduce is 2S/t with the group's n = 2
         assert r["busbw_Bps"] == pytest.approx(r["throughput_Bps"] * 0.5)
     if repeat:  # --repeat: each group's earlier window recorded at once, then the whole record

@@ -57,7 +57,7 @@ def test_output_matches_the_table(run, tmp_path, extension):
         assert record["wrong"] == int(row.extra[-1]) == 0
         assert len(record["durations_per_rank_s"]) == 3
         assert record["durations_per_rank_s"][0] == record["duration_s"]
-        assert record["slowest_rank"] == int(row.extra[2])
+        assert record["slowest_rank"] == (None if row.extra[2] == "-" else int(row.extra[2]))
         assert record["median_s" if extension == ".csv" else "stats"]
 
 
@@ -153,7 +153,7 @@ def test_stats_are_ordered(run, tmp_path, dist):
             assert stats["min_s"] <= stats["median_s"] <= stats["p99_s"] <= stats["max_s"]
             assert stats["min_s"] * (1 - 1e-9) <= mean <= stats["max_s"] * (1 + 1e-9)
             assert stats["cv"] >= 0 and stats["late_s"] >= 0
-        assert record["slowest_rank"] in (0, 1)
+        assert record["slowest_rank"] in (0, 1, None)  # None: no one late beyond the evidence
 
 
 @pytest.mark.parametrize("op", ["all_reduce", "all_to_all", "broadcast"])

@@ -277,7 +277,10 @@ def test_a_param_basic_trace_replays(tmp_path):
     result = replay(trace, "--check", "--repeat", "6", "--per-trial", "--output", out, nproc=3)
     summary = next(r for r in records(out) if r["type"] == "replay_summary")
     from commbench import trials
-    ranks, durations, arrivals, error = trials.decode(summary["per_trial"])
+    decoded = trials.decode(summary["per_trial"])
+    ranks, durations, arrivals, error = (decoded.ranks, decoded.durations, decoded.arrivals,
+                                         decoded.error)
+    assert decoded.clock == "shared" and error == 0
     assert ranks == [0, 1, 2] and len(durations[0]) == 6 and 0 <= error < 1, summary["per_trial"]
     slowest = [max(d[k] for d in durations) for k in range(6)]
     assert slowest == pytest.approx(summary["pass_times_s"], rel=1e-6, abs=1e-6)

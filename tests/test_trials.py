@@ -20,18 +20,24 @@ from support import (ROOT, assert_no_traceback, base_env, free_port, launch, lau
                      rank_env, require_launcher)
 
 
-def _timing(durations, arrivals, error=1e-5):
+def _timing(durations, arrivals, in_call=None, start=1000.0):
     class T:
         pass
     t = T()
-    t.trials, t.arrivals, t.origin_error = durations, arrivals, error
+    t.trials, t.arrivals, t.start = durations, arrivals, start
+    t.in_call = in_call if in_call is not None else list(durations)
     return t
 
 
-def _write(path, per_rank_durations, per_rank_arrivals, op="all_reduce", size=64):
-    entry = encoding.encode([encoding.figures(_timing(d, a)) for d, a in
-                             zip(per_rank_durations, per_rank_arrivals)],
-                            list(range(len(per_rank_durations))))
+ONE_HOST = {"h": [0.0, 0.0, 0.0, 0.0, 0.0]}  # clocks.alignment of one host
+
+
+def _write(path, per_rank_durations, per_rank_arrivals, op="all_reduce", size=64, in_call=None):
+    count = len(per_rank_durations)
+    entry = encoding.encode([encoding.figures(_timing(d, a, None if in_call is None else c))
+                             for d, a, c in zip(per_rank_durations, per_rank_arrivals,
+                                                in_call or [None] * count)],
+                            list(range(count)), ["h"] * count, ONE_HOST)
     writer = results.open_writer(str(path), {"world_size": len(per_rank_durations),
                                              "hostnames": ["h0", "h1", "h2"], "dist": "torch",
                                              "backend": "gloo", "dtype": "float"})
@@ -48,14 +54,18 @@ def _arrivals(count, late_rank=None, every=5, late=0.01, ranks=3):
 
 @pytest.mark.fast
 def test_encoding_round_trip_and_size():
-    """float32 microseconds: 8 bytes a trial and rank, as the docs state for 1,000 x 64."""
+    """float32 microseconds: 12 bytes a trial and rank and 4 a trial, as the docs state for
+    1,000 x 64; one host's ranks on one clock (error 0)."""
     per_rank = [encoding.figures(_timing([1e-3 + r * 1e-6] * 1000, [r * 1e-6] * 1000))
                 for r in range(64)]
-    entry = encoding.encode(per_rank, list(range(64)))
-    assert len(entry["duration_us"]) + len(entry["arrival_us"]) == 2 * 4 * ((64000 * 4 + 2) // 3)
-    ranks, durations, arrivals, error = encoding.decode(entry)
-    assert ranks == list(range(64)) and abs(durations[5][0] - 1.005e-3) < 1e-9
-    assert abs(arrivals[63][0] - 63e-6) < 1e-9 and arrivals[0][0] == 0
+    entry = encoding.encode(per_rank, list(range(64)), ["h"] * 64, ONE_HOST)
+    packed = sum(len(entry[k]) for k in ("duration_us", "arrival_us", "call_us", "first_us"))
+    assert packed == 3 * 4 * ((64000 * 4 + 2) // 3) + 4 * ((1000 * 4 + 2) // 3)
+    t = encoding.decode(entry)
+    assert t.ranks == list(range(64)) and abs(t.durations[5][0] - 1.005e-3) < 1e-9
+    assert abs(t.arrivals[63][0] - 63e-6) < 1e-9 and t.arrivals[0][0] == 0
+    assert t.clock == "shared" and t.error == 0 and t.first[0] == 0
+    assert abs(t.ends()[63][0] - (63e-6 + 1.063e-3)) < 1e-9
 
 
 @pytest.mark.fast
@@ -99,8 +109,9 @@ def test_a_rank_always_a_little_last_is_listed_not_named(tmp_path):
         assert s["straggler"] == named and s["stragglers"][0]["rank"] == 1, s["stragglers"]
         text = trials.render([s])
         if named is None:
-            assert "straggler     none (rank 1 caused most of the waiting, 16.000 ms, 5% of " \
-                   "the trials' time: under the 10% that names one)" in text, text
+            assert "straggler     none (by the clocks, rank 1 caused most of the waiting, 16.000 " \
+                   "ms, 5% of the trials' time: under the 10% that names one; by the call times, " \
+                   "no rank was waited for)" in text, text
         else:
             assert "<- straggler" in text and "straggler     none" not in text, text
 
@@ -206,10 +217,10 @@ def test_straggler_every_fifth_trial_named_with_period_5(tmp_path):
     assert (tmp_path / "trials.png").stat().st_size > 10000
     host = socket.gethostname()
     assert text.count("first trial") == 2 and text.count("period 5 trials") == 2, text
-    assert f"rank 2 on {host}:" in text and text.count("<- straggler") == 2, text
+    assert f"rank 2 on {host}:" in text and text.count("  straggler     rank 2 (") == 2, text
     for line in text.splitlines():
         if "<- straggler" in line:
-            assert line.split("last to call  ")[1].startswith("rank 2 "), text
+            assert line[16:].startswith("rank 2 "), text
 
 
 def _ranks_of(port, script="all_reduce.py"):

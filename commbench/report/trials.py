@@ -1,37 +1,37 @@
 """`report.py trials RUN`: what a run of --per-trial says trial by trial, per op and size.
 
   first     the first timed trial against the steady median (the median of trials 2..T)
-  spikes    trials over FACTOR x the steady median (default 2), the rank last to call each, and
-            their period: the spacing p (2 to T/3 trials) of a comb k, k+p, k+2p, ... of which
-            at least 60% are spikes, at least 3 of them, and so many that chance would put them
-            there with probability below 1% (the binomial tail at the share of spikes off the
-            comb, times the number of combs tried); the most spikes on the comb first, then the
-            shortest p; in milliseconds, the median time between its spikes. Fewer than 3
-            spikes, or no comb that fits: no period (a quiet run: spikes that come at random).
-  stragglers per rank: how often it called the trial last, by how much after the median of the
-            others each time (the time the others waited for it), and its host; a rank is named
-            the straggler when it caused more than half of all that waiting and that waiting is
-            at least MATERIAL (10%) of the trials' time: a rank last by a fraction of a
-            millisecond in most trials of a quiet run (rank 0, which keeps the store, or the
-            end of a ring) slows no one that matters, and is listed, not named
+  spikes    trials over FACTOR x the steady median (default 2), each a late call (by which
+            rank) or a stall inside the call (which ranks' calls were long), by
+            commbench/lateness.py's witnesses; and their period in trials: the spacing p (2 to
+            T/3 trials) of a comb k, k+p, k+2p, ... of which at least 60% are spikes, at least 3
+            of them, and so many that chance would put them there with probability below 1% (the
+            binomial tail at the share of spikes off the comb, times the number of combs tried);
+            the most spikes on the comb first, then the shortest p; in milliseconds, the median
+            time between its spikes. Fewer than 3 spikes, or no comb that fits: no period.
+  stragglers the two witnesses of commbench/lateness.py: the rank last to call each trial by
+            more than the clocks' error, and the rank with the shortest call; the straggler is
+            named by their rule (more than half of a witness's waiting and at least 10% of the
+            trials' time; two witnesses naming different ranks name none)
   drift     the least-squares slope of the trial time over trials 2..T, spikes left out, with
             its 95% interval: drift only when the interval leaves out 0
 
 A trial's time is the slowest rank's, end to end (each rank's trial runs from the end of the one
-before to its own end). Arrivals are as good as the clocks' alignment (commbench/trials.py):
-the bound is printed with each size.
+before to its own end). Arrivals are on rank 0's clock (commbench/clocks.py): one clock on one
+host, measured offsets across hosts, the bound printed with each size. After the sizes, the
+period in time of every size's spikes on that one time line (lateness.period_in_time).
 """
 
 import math
 import statistics
 
-from .. import results, trials, units
+from .. import lateness, results, trials, units
 from ..numbers import t975
 from .runs import ReportError
 
 MIN_SPIKES = 3
 COMB_SHARE = 0.6
-MATERIAL = 0.10  # the straggler's waiting, at least this share of the trials' time
+MATERIAL = lateness.MATERIAL  # a witness's waiting, at least this share of the trials' time
 CHANCE = 0.01  # family-wise: the chance of a comb so full with spikes that come at random
 
 
@@ -49,11 +49,11 @@ def load(path):
         if record.get("type") == "replay_summary":  # replay.py --per-trial: a trial is a pass
             record = {**record, "op": "replay (a trial is a pass)", "size_bytes": None}
         try:
-            ranks, durations, arrivals, error = trials.decode(record["per_trial"])
+            decoded = trials.decode(record["per_trial"])
         except ValueError as problem:
             raise ReportError(f"{path}: {record.get('op')} at {record.get('size_bytes')} bytes: "
                               f"per-trial data unreadable: {problem}") from None
-        found.append((record, ranks, durations, arrivals, error))
+        found.append((record, decoded))
     if not found and str(path).endswith(".csv"):
         raise ReportError(f"{path}: a .csv results file does not keep per-trial data: run with "
                           "--per-trial --output RUN.jsonl (or .json)")
@@ -120,66 +120,134 @@ def drift(times, spiked):
     return slope, slope - half, slope + half
 
 
-def stragglers(arrivals):
-    """Per rank index: (times last, median lateness when last, total lateness) — lateness: its
-    call after the median of the others' calls of that trial."""
-    count = len(arrivals[0])
-    out = [[0, [], 0.0] for _ in arrivals]
-    for i in range(count):
-        calls = [a[i] for a in arrivals]
-        last = max(range(len(calls)), key=lambda r: calls[r])
-        others = calls[:last] + calls[last + 1:]
-        late = calls[last] - statistics.median(others) if others else 0.0
-        out[last][0] += 1
-        out[last][1].append(late)
-        out[last][2] += late
-    return [(n, statistics.median(lates) if lates else 0.0, total) for n, lates, total in out]
-
-
 def analyse(path, factor=2.0):
-    """One dict per op and size: the figures of the four parts."""
+    """One dict per op and size: the figures of the four parts (and what the run-level period
+    in time needs: each spike's end and every trial's end, on rank 0's clock)."""
     hosts, found = load(path)
     sizes = []
-    for record, ranks, durations, arrivals, error in found:
-        times = [max(d[i] for d in durations) for i in range(len(durations[0]))]
+    for record, t in found:
+        ranks = t.ranks
+        times = [max(d[i] for d in t.durations) for i in range(t.count)]
         steady, spiked = spikes(times, factor)
         comb = period(spiked, len(times))
-        late = stragglers(arrivals)
-        order = sorted(range(len(ranks)), key=lambda r: late[r][2], reverse=True)
-        named, waiting = None, sum(row[2] for row in late)
-        most = late[order[0]][2] / sum(times) if len(order) > 1 and sum(times) > 0 else 0.0
-        if len(order) > 1 and waiting > 0 and late[order[0]][2] > waiting / 2 and \
-                most >= MATERIAL:
-            named = ranks[order[0]]
-        last_in_spikes = {}
-        for i in spiked:
-            calls = [a[i - 1] for a in arrivals]
-            rank = ranks[max(range(len(calls)), key=lambda r: calls[r])]
-            last_in_spikes[rank] = last_in_spikes.get(rank, 0) + 1
+        named_hosts = [hosts[r] if r < len(hosts) else "?" for r in ranks]
+        bounds = [t.host_errors.get(h, t.error) for h in named_hosts]
+        verdict = lateness.judge(t, record.get("op"), bounds, spiked, steady)
+        clock = verdict.clock
+        order = sorted(range(len(ranks)), key=lambda r: clock.waiting[r], reverse=True)
+        ends = t.ends()
+        trial_ends = None if ends is None or t.origin is None else \
+            [t.origin + max(e[i] for e in ends) for i in range(t.count)]
         sizes.append({
             "op": record.get("op"), "size_bytes": record.get("size_bytes"),
             "group": record.get("group"), "trials": len(times), "ranks": ranks,
-            "hosts": [hosts[r] if r < len(hosts) else "?" for r in ranks],
-            "clock_error_s": error, "first_s": times[0], "steady_s": steady,
+            "hosts": named_hosts, "clock": t.clock, "clock_error_s": t.error,
+            "host_errors": t.host_errors, "first_s": times[0], "steady_s": steady,
             "factor": factor, "spikes": spiked,
             "period": None if comb is None else {
                 "trials": comb[0], "first": comb[1] or comb[0], "on_comb": comb[2],
                 "seconds": period_seconds(times, comb[0], comb[1], spiked)},
-            "stragglers": [{"rank": ranks[r], "last": late[r][0], "median_late_s": late[r][1],
-                            "total_late_s": late[r][2]} for r in order],
-            "straggler": named, "most_waiting_share": most, "last_in_spikes": last_in_spikes,
-            "drift": drift(times, spiked), "times": times, "durations": durations})
+            "stragglers": [{"rank": ranks[r], "last": clock.counts[r],
+                            "total_late_s": clock.waiting[r]} for r in order],
+            "undecided": clock.undecided,
+            "by_call": None if verdict.call is None else [
+                {"rank": ranks[r], "shortest": verdict.call.counts[r],
+                 "caused_s": verdict.call.waiting[r]}
+                for r in sorted(range(len(ranks)), key=lambda r: verdict.call.waiting[r],
+                                reverse=True)],
+            "straggler": None if verdict.named is None else ranks[verdict.named],
+            "how": verdict.why,
+            "witnesses": {w.name: (None if w.named is None else ranks[w.named], w.share,
+                                   None if lateness.points_at(w) is None
+                                   else ranks[lateness.points_at(w)])
+                          for w in (verdict.clock, verdict.call) if w is not None},
+            "spike_kinds": {i: (kind, [ranks[r] for r in who] if kind == "inside" else ranks[who],
+                                seconds) for i, (kind, who, seconds) in verdict.spikes.items()},
+            "trial_ends": trial_ends,
+            "drift": drift(times, spiked), "times": times, "durations": t.durations})
     return sizes
 
 
+def run_period(sizes):
+    """The period in time of every size's spikes on one time line (rank 0's clock): (Period,
+    None) or (None, why)."""
+    usable = [s for s in sizes if s["trial_ends"] is not None]
+    if not usable:
+        return None, "not recorded (a file of an earlier version: no clock alignment)"
+    spiked, samples = [], []
+    for key, s in enumerate(usable):
+        samples += s["trial_ends"]
+        spiked += [(key, i, s["trial_ends"][i - 1]) for i in s["spikes"]]
+    trial = statistics.median(t for s in usable for t in s["times"])
+    return lateness.period_in_time(lateness.events_of(spiked), samples, trial)
+
+
 def _why_none(s):
-    top = s["stragglers"][0]
+    if s["how"] == "disagree":
+        (a, _, pa), (b, _, pb) = s["witnesses"]["clock"], s["witnesses"]["call time"]
+        clock = f"name rank {a}" if a is not None else f"point at rank {pa}"
+        call = f"name rank {b}" if b is not None else f"point at rank {pb}"
+        return f"the witnesses disagree: the clocks {clock}, the call times {call}"
     waiting = sum(row["total_late_s"] for row in s["stragglers"])
-    if waiting <= 0 or top["total_late_s"] <= waiting / 2:
-        return "no rank caused more than half of the waiting"
-    return (f"rank {top['rank']} caused most of the waiting, {units.duration(top['total_late_s'])}"
-            f", {s['most_waiting_share']:.0%} of the trials' time: under the {MATERIAL:.0%} that "
-            "names one")
+    top = s["stragglers"][0]
+    parts = []
+    if waiting <= 0:
+        parts.append("no lead beyond the clocks' error" if s["undecided"] else
+                     "no rank came late")
+    elif top["total_late_s"] <= waiting / 2:
+        parts.append("by the clocks, no rank caused more than half of the waiting")
+    else:
+        share = s["witnesses"]["clock"][1]
+        parts.append(f"by the clocks, rank {top['rank']} caused most of the waiting, "
+                     f"{units.duration(top['total_late_s'])}, {share:.0%} of the trials' time: "
+                     f"under the {MATERIAL:.0%} that names one")
+    if s["by_call"] is not None:
+        lead = s["by_call"][0]
+        share = s["witnesses"]["call time"][1]
+        parts.append(f"by the call times, rank {lead['rank']} caused "
+                     f"{units.duration(lead['caused_s'])}, {share:.0%}" if lead["caused_s"] > 0
+                     else "by the call times, no rank was waited for")
+    return "; ".join(parts)
+
+
+def _clock_words(s):
+    if s["clock"] == "shared":
+        return "arrivals on one clock (one host)"
+    if s["clock"] == "measured":
+        return (f"arrivals on rank 0's clock, hosts' offsets measured within "
+                f"+-{units.duration(s['clock_error_s'])}")
+    return f"arrivals within +-{units.duration(s['clock_error_s'])}, a barrier's exit"
+
+
+def _spike_words(s):
+    kinds = s["spike_kinds"]
+    if not kinds or len(s["ranks"]) < 2:
+        return ""
+    late, inside = {}, []
+    for kind, who, _ in kinds.values():
+        if kind == "late":
+            late[who] = late.get(who, 0) + 1
+        else:
+            inside.append(who)
+    parts = [f"{n} a late call by rank {rank}" for rank, n in
+             sorted(late.items(), key=lambda item: -item[1])]
+    if inside:
+        long = sorted({r for who in inside for r in who})
+        parts.append(f"{len(inside)} a stall inside the call (long calls: "
+                     + (f"rank{'s' if len(long) > 1 else ''} {' '.join(map(str, long))}"
+                        if long else "none stood out") + ")")
+    return "; " + ", ".join(parts)
+
+
+def _period_line(sizes):
+    found, why = run_period(sizes)
+    if found is None:
+        return f"period in time  none: {why}"
+    return (f"period in time  every {units.duration(found.seconds)}: {found.near} of "
+            f"{found.events} spike events within a tenth of a period of it (Rayleigh test over "
+            f"periods {units.duration(found.low)} to {units.duration(found.high)}, "
+            f"p={found.p:.3f} against {lateness.SHUFFLES} shuffles of the spikes among the "
+            f"trials; false alarms {lateness.FALSE_ALARM:.0%})")
 
 
 def render(sizes):
@@ -188,38 +256,49 @@ def render(sizes):
         group = f", group {s['group']}" if s.get("group") is not None else ""
         size = f" {units.size(s['size_bytes'])}" if s["size_bytes"] is not None else ""
         lines.append(f"{s['op']}{size}{group}: {s['trials']} trials on "
-                     f"{len(s['ranks'])} ranks (arrivals within "
-                     f"+-{units.duration(s['clock_error_s'])}, the clocks' alignment)")
+                     f"{len(s['ranks'])} ranks ({_clock_words(s)})")
         ratio = s["first_s"] / s["steady_s"] if s["steady_s"] > 0 else float("nan")
         lines.append(f"  first trial   {units.duration(s['first_s'])}, {ratio:.1f}x the steady "
                      f"median {units.duration(s['steady_s'])} (trials 2-{s['trials']})")
         shown = ", ".join(map(str, s["spikes"][:12])) + (" ..." if len(s["spikes"]) > 12 else "")
         text = (f"  spikes        {len(s['spikes'])} over {s['factor']:g}x the steady median"
-                + (f" (trials {shown})" if s["spikes"] else ""))
+                + (f" (trials {shown})" if s["spikes"] else "") + _spike_words(s))
         p = s["period"]
-        if s["last_in_spikes"] and len(s["ranks"]) > 1:
-            rank, n = max(s["last_in_spikes"].items(), key=lambda item: item[1])
-            text += f", rank {rank} last to call {n} of them"
         if p is not None:
             when = f", every {units.duration(p['seconds'])}" if p["seconds"] is not None else ""
             text += (f"; period {p['trials']} trials{when} (from trial {p['first']}, "
                      f"{p['on_comb']} spikes on it)")
         else:
-            text += "; no period"
+            text += "; no period in trials"
         lines.append(text)
-        for row in s["stragglers"] if len(s["ranks"]) > 1 else []:
+        many = len(s["ranks"]) > 1
+        for row in s["stragglers"] if many else []:
             index = s["ranks"].index(row["rank"])
             if not row["last"]:
                 continue
             mark = "   <- straggler" if row["rank"] == s["straggler"] else ""
             lines.append(f"  last to call  rank {row['rank']} on {s['hosts'][index]}: "
-                         f"{row['last']} of {s['trials']} trials, by "
-                         f"{units.duration(row['median_late_s'])} (median), "
+                         f"{row['last']} of {s['trials']} trials beyond the clocks' error, by "
+                         f"{units.duration(row['total_late_s'] / row['last'])} on average, "
                          f"{units.duration(row['total_late_s'])} in all{mark}")
-        if len(s["ranks"]) == 1:
+        if many and s["undecided"]:
+            lines.append(f"  last to call  {s['undecided']} of {s['trials']} trials: no lead beyond "
+                         "the clocks' error (not counted)")
+        for row in [r for r in (s["by_call"] or [])[:1] if r["caused_s"] > 0] if many else []:
+            index = s["ranks"].index(row["rank"])
+            mark = "   <- straggler" if row["rank"] == s["straggler"] else ""
+            lines.append(f"  shortest call rank {row['rank']} on {s['hosts'][index]}: "
+                         f"{row['shortest']} of {s['trials']} trials, the others waited "
+                         f"{units.duration(row['caused_s'])} in all for it{mark}")
+        if not many:
             lines.append("  last to call  - (one rank: no arrivals to compare)")
         elif s["straggler"] is None:
             lines.append(f"  straggler     none ({_why_none(s)})")
+        else:
+            how = {"both": "named by the clocks and the call times alike",
+                   "clock": "named by the clocks (the call times name no one)",
+                   "call time": "named by the call times (the clocks name no one)"}[s["how"]]
+            lines.append(f"  straggler     rank {s['straggler']} ({how})")
         d = s["drift"]
         if d is None:
             lines.append("  drift         - (fewer than 4 steady trials)")
@@ -228,6 +307,8 @@ def render(sizes):
             verdict = "drift" if low > 0 or high < 0 else "no drift"
             lines.append(f"  drift         {_signed(slope)} a trial (95% interval {_signed(low)} "
                          f"to {_signed(high)}): {verdict}")
+    if sizes:
+        lines.append(_period_line(sizes))
     return "\n".join(lines)
 
 

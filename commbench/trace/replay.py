@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed
 
-from .. import defaults, gathered, provenance, trials as encoding, units, whereabouts
+from .. import clocks, defaults, gathered, provenance, trials as encoding, units, whereabouts
 from ..cli import add_store_flags
 from ..comm import init_comm
 from ..errors import BenchmarkError
@@ -217,15 +217,18 @@ def gather(comm, trace, times, starts, wrong, passes):
     return result
 
 
-def gather_passes(comm, passes, came):
+def gather_passes(comm, passes, came, aligned):
     """--per-trial: each timed pass a trial, in commbench/trials.py's encoding: its time on each
-    rank (the opening barrier's exit to the pass's end) and when the rank came to the pass (the
-    opening barrier's entry), against the exit of the first pass's barrier (the origin: its
-    error at most the longest time a rank spent in that barrier)."""
-    origin = came[0][1]
-    mine = [came[0][1] - came[0][0]] + list(passes) + [entered - origin for entered, _ in came]
+    rank (the opening barrier's exit to the pass's end), when the rank came to the pass (the
+    opening barrier's entry: its call) and its time from there to the pass's end, on rank 0's
+    clock (`aligned`: clocks.alignment of the readings before and after the passes)."""
+    start = came[0][0]
+    mine = [start] + list(passes) + [entered - start for entered, _ in came] + \
+        [began - entered + seconds for (entered, began), seconds in zip(came, passes)]
     rows = comm.gather_figures(mine)
-    return encoding.encode(rows, list(range(len(rows))))
+    if comm.global_rank != 0:  # rank 0 alone holds the clocks' alignment, and writes
+        return None
+    return encoding.encode(rows, list(range(len(rows))), comm.hostnames, aligned)
 
 
 def run(args):
@@ -256,6 +259,7 @@ def run(args):
             for number in range(args.warmup):
                 post(f"warmup pass {number + 1} of {args.warmup}")
                 replayer.run_pass()
+            before = clocks.measure(comm) if args.per_trial else None
             times, starts, passes, came = [], [], [], []
             for number in range(args.repeat):
                 post(f"pass {number + 1} of {args.repeat}")
@@ -270,7 +274,8 @@ def run(args):
                 _, _, wrong, _ = replayer.run_pass(check=True)
             post("after the passes", reading=False)
             everyone = gather(comm, trace, times, starts, wrong, passes)
-            per_trial = gather_passes(comm, passes, came) if args.per_trial else None
+            per_trial = gather_passes(comm, passes, came, clocks.alignment(
+                before, clocks.measure(comm))) if args.per_trial else None
         if rank == 0:
             report(args, comm, trace, everyone, writer, per_trial)
         bad = sum(sum(r["wrong"]) for r in everyone.values())

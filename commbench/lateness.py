@@ -1,0 +1,276 @@
+"""Who is late, and when the stalls come: the one rule behind every verdict that calls a rank
+late or slowest (report.py trials, its HTML section, replay's --per-trial, --stats' slowest
+rank), and the test for a period in time. Pure figures: no torch, no ranks.
+
+Two witnesses, each counted per trial (commbench/trials.py's figures, on rank 0's clock):
+
+  clock      the rank that called last, and by how much after the next latest call (the lead:
+             the least that any other rank waited for it). A lead counts only when it is larger
+             than the clocks' bound for that pair of ranks (the two hosts' bounds added: 0 on
+             one host, whose ranks read one clock); the others are "within the clocks' error".
+  call time  needs no clock: in a collective where every rank waits for every other (all_reduce,
+             all_gather, reduce_scatter, all_to_all(v), barrier, a replay's pass), the rank that
+             calls last spends the least time in the call, and the others wait for it: the rank
+             with the shortest call, and the median of the others' calls less its own (the
+             waiting it caused). Not for rooted ops and pt2pt, whose root or sender may leave
+             early by design.
+
+Each witness names a rank when that rank caused more than half of the waiting it counted, and
+that waiting is at least MATERIAL of the trials' time (a rank last by a fraction of a
+millisecond in most trials of a quiet run slows no one that matters). The verdict names a
+straggler when a witness names it and the other, where it can judge, points at no other rank
+(it names the same rank, or the same rank caused the most of its waiting, or it counted no
+waiting at all); when the two point at different ranks it names none and says so. On 2 busy
+cores, 3 ranks fall into a staggered rhythm (each calls a few ms after the next, each spends
+as long in the call): the clocks then see one rank always last, while the call times show no
+one waited for it; that is no straggler.
+
+A spike (a trial over FACTOR x the steady median) whose slowest rank was not late by more than
+half the spike's excess, by either witness, is a stall inside the call: the ranks whose calls
+were long are listed.
+"""
+
+import math
+import random
+import statistics
+from dataclasses import dataclass, field
+from typing import Optional
+
+MATERIAL = 0.10  # a witness's waiting, at least this share of the trials' time
+SYMMETRIC = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                       "all_to_allv", "barrier"})
+
+
+def symmetric(op):
+    """Whether the call-time witness holds for `op` (a replay's pass holds: its opening barrier
+    waits for every rank)."""
+    name = str(op or "")
+    return name in SYMMETRIC or name.startswith("replay")
+
+
+@dataclass
+class Witness:
+    """One witness's count: per rank index, trials it was named in and the waiting it caused."""
+    name: str
+    counts: list
+    waiting: list
+    undecided: int = 0  # trials whose lead was within the clocks' bound
+    named: Optional[int] = None  # rank index
+    share: float = 0.0  # the top rank's waiting / the trials' time
+
+    def top(self):
+        return max(range(len(self.waiting)), key=lambda r: self.waiting[r])
+
+
+@dataclass
+class Verdict:
+    named: Optional[int]  # rank index, or None
+    why: str  # how it was named, or why none was
+    clock: Witness = None
+    call: Optional[Witness] = None  # None: not applicable or not recorded
+    spikes: dict = field(default_factory=dict)  # trial (1-based) -> ("late", rank index, s)
+    #                                              or ("inside", [rank indexes with long calls])
+
+
+def _others(values, skip):
+    return values[:skip] + values[skip + 1:]
+
+
+def _lead(calls, bounds):
+    """(last rank, its lead over the next latest call, the pair's clock bound)."""
+    last = max(range(len(calls)), key=lambda r: calls[r])
+    rest = _others(calls, last)
+    if not rest:
+        return last, 0.0, 0.0
+    second = max(range(len(calls)), key=lambda r: calls[r] if r != last else float("-inf"))
+    return last, calls[last] - calls[second], bounds[last] + bounds[second]
+
+
+def _waited(spent):
+    """(shortest call's rank, the least another rank's call exceeded it)."""
+    short = min(range(len(spent)), key=lambda r: spent[r])
+    rest = _others(spent, short)
+    return short, (min(rest) - spent[short]) if rest else 0.0
+
+
+def _name(witness, total):
+    """Sets witness.named and .share by the rule in the docstring."""
+    spent = sum(witness.waiting)
+    if len(witness.waiting) < 2 or spent <= 0 or total <= 0:
+        return witness
+    top = witness.top()
+    witness.share = witness.waiting[top] / total
+    if witness.waiting[top] > spent / 2 and witness.share >= MATERIAL:
+        witness.named = top
+    return witness
+
+
+def clock_witness(arrivals, bounds, total):
+    """arrivals[rank][trial] (any common origin per trial), bounds[rank] (s)."""
+    n = len(arrivals)
+    w = Witness("clock", [0] * n, [0.0] * n)
+    for i in range(len(arrivals[0])):
+        last, lead, bound = _lead([a[i] for a in arrivals], bounds)
+        if lead <= bound:
+            w.undecided += 1
+            continue
+        w.counts[last] += 1
+        w.waiting[last] += lead
+    return _name(w, total)
+
+
+def call_witness(in_call, total):
+    """in_call[rank][trial]: time from the call to its return."""
+    n = len(in_call)
+    w = Witness("call time", [0] * n, [0.0] * n)
+    for i in range(len(in_call[0])):
+        short, waited = _waited([c[i] for c in in_call])
+        w.counts[short] += 1
+        w.waiting[short] += max(0.0, waited)
+    return _name(w, total)
+
+
+def judge(trials, op, bounds, spiked=(), steady=0.0):
+    """The Verdict for one size's Trials (commbench.trials), `bounds` per rank index (s);
+    `spiked`: its spike trials (1-based) and the steady median, to tell a late call from a
+    stall inside the call."""
+    n = len(trials.ranks)
+    times = [max(d[i] for d in trials.durations) for i in range(trials.count)]
+    total = sum(times)
+    clock = clock_witness(trials.arrivals, bounds, total)
+    call = call_witness(trials.in_call, total) \
+        if trials.in_call is not None and symmetric(op) and n > 1 else None
+    if n < 2:
+        verdict = Verdict(None, "one rank: no arrivals to compare", clock, call)
+    else:
+        verdict = _decide(clock, call)
+    verdict.spikes = _spikes(trials, bounds, spiked, steady, times)
+    return verdict
+
+
+def points_at(witness):
+    """The rank a witness points at: the one it names, else the one that caused the most of
+    its waiting; None when it counted none (or cannot judge)."""
+    if witness is None:
+        return None
+    if witness.named is not None:
+        return witness.named
+    return witness.top() if sum(witness.waiting) > 0 else None
+
+
+def _decide(clock, call):
+    by_clock, by_call = clock.named, call.named if call is not None else None
+    if by_clock is not None and by_call is not None:
+        if by_clock == by_call:
+            return Verdict(by_clock, "both", clock, call)
+        return Verdict(None, "disagree", clock, call)
+    for named, other, how in ((by_clock, call, "clock"), (by_call, clock, "call time")):
+        if named is None:
+            continue
+        pointed = points_at(other)
+        if pointed is not None and pointed != named:
+            return Verdict(None, "disagree", clock, call)
+        return Verdict(named, how, clock, call)
+    return Verdict(None, "none", clock, call)
+
+
+def _spikes(trials, bounds, spiked, steady, times):
+    out = {}
+    n = len(trials.ranks)
+    usual = [statistics.median(row) for row in trials.in_call] if trials.in_call else None
+    for t in spiked:
+        i = t - 1
+        excess = times[i] - steady
+        last, lead, bound = _lead([a[i] for a in trials.arrivals], bounds)
+        if n > 1 and lead > bound and lead >= excess / 2:
+            out[t] = ("late", last, lead)
+            continue
+        if trials.in_call is not None and n > 1:
+            short, waited = _waited([c[i] for c in trials.in_call])
+            if waited >= excess / 2 and waited > 0:
+                out[t] = ("late", short, waited)
+                continue
+        long = [r for r in range(n) if usual is not None and
+                trials.in_call[r][i] > usual[r] + excess / 2]
+        out[t] = ("inside", long, excess)
+    return out
+
+
+# ---- a period in time -------------------------------------------------------------------
+SHUFFLES = 199  # the null's draws: a p-value of 0.01 is at most 1 draw of 199 above the data
+FALSE_ALARM = 0.01
+LOWEST = 0.01  # s: the shortest period tried (and at least 2 trials' time)
+
+
+@dataclass
+class Period:
+    seconds: float
+    events: int  # spike events tested (runs of consecutive spike trials, one event each)
+    near: int  # events within a tenth of a period of the comb
+    p: float  # the shuffles' p-value
+    low: float  # the periods tried, s
+    high: float
+
+
+def events_of(spike_ends):
+    """Spike trials -> events: [(size key, trial, end time)] sorted, a run of consecutive
+    trials of one size kept as its first."""
+    out, previous = [], None
+    for key, trial, end in sorted(spike_ends):
+        if previous is not None and previous[0] == key and previous[1] == trial - 1:
+            previous = (key, trial)
+            continue
+        out.append(end)
+        previous = (key, trial)
+    return out
+
+
+def period_in_time(events, samples, trial_time, seed=0):
+    """The period of spike events in seconds (a Period), or (None, why). events: their times;
+    samples: every trial's end time (where a spike could have been); trial_time: the median
+    trial (no period under 2 of them). The test: the largest Rayleigh power of the events'
+    phases over periods from max(LOWEST, 2 trials) to a third of the span, held against the
+    same largest power of as many trials drawn at random from `samples`, SHUFFLES times
+    (seeded: the same file gives the same answer); a period only when p <= FALSE_ALARM."""
+    try:
+        import numpy
+    except ImportError:
+        return None, "needs numpy (pip install numpy)"
+    if len(events) < 3:
+        return None, f"{len(events)} spike event{'s' if len(events) != 1 else ''}, fewer than 3"
+    times = numpy.asarray(sorted(samples), dtype=float)
+    span = times[-1] - times[0]
+    low, high = max(LOWEST, 2 * trial_time), span / 3
+    if high <= low:
+        return None, "the run is too short for 3 periods"
+    step = 1 / (4 * span)
+    grid = numpy.arange(1 / high, 1 / low + step, step)
+    if len(grid) > 20000:  # a long run of short trials: the grid's cost bounded
+        grid = numpy.linspace(1 / high, 1 / low, 20000)
+
+    def powers(t):
+        t = numpy.asarray(t, dtype=float) - times[0]
+        phase = 2 * math.pi * numpy.outer(grid, t)
+        return (numpy.cos(phase).sum(1) ** 2 + numpy.sin(phase).sum(1) ** 2) / len(t)
+    seen = powers(events)
+    best = int(seen.argmax())
+    rng = random.Random(seed)
+    above = sum(1 for _ in range(SHUFFLES)
+                if powers(rng.sample(list(times), len(events))).max() >= seen[best])
+    p = (1 + above) / (1 + SHUFFLES)
+    if p > FALSE_ALARM:
+        return None, f"none found (p={p:.2f}, over {SHUFFLES} shuffles)"
+    f = grid[best]
+    for n in range(8, 1, -1):  # the fundamental: the longest period as strong as the peak
+        if f / n < 1 / high:
+            continue
+        k = int(numpy.abs(grid - f / n).argmin())
+        if seen[k] >= 0.75 * seen[best]:
+            f = grid[k]
+            break
+    period = 1 / f
+    phases = [((e - times[0]) / period) % 1 for e in events]
+    centre = math.atan2(sum(math.sin(2 * math.pi * x) for x in phases),
+                        sum(math.cos(2 * math.pi * x) for x in phases)) / (2 * math.pi) % 1
+    near = sum(1 for x in phases if min(abs(x - centre), 1 - abs(x - centre)) <= 0.1)
+    return Period(period, len(events), near, p, low, high), None
