@@ -101,3 +101,56 @@ def offset_at(entry, t):
         return offset
     share = min(1.0, max(0.0, (t - offset - when) / (then - when)))
     return offset + share * (later - offset)
+
+
+class Hiccups:
+    """Whether this process ran (--per-trial): a thread that sleeps TICK again and again, as
+    jHiccup does, and keeps each wake-up later than TICK + SLACK as an interval in which the
+    process did not run: stopped (SIGSTOP), descheduled, paused. A rank blocked inside a call
+    still runs in this sense (its thread wakes on time); a stopped one does not, and that is
+    what tells who stalled when a stall lands inside a collective, where every rank's call is
+    long. The thread holds the GIL for microseconds a wake-up, 500 times a second at most."""
+
+    TICK = 0.002
+    # a wake-up this late beyond TICK counts: a scheduler's time slices (1-4 ms, several on a
+    # busy host) are not a stall
+    SLACK = 0.020
+
+    def __init__(self):
+        import threading
+        self.gaps = []  # (from, to) on this process's clock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="commbench-hiccups", daemon=True)
+
+    def _run(self):
+        tick, slack, gaps = self.TICK, self.SLACK, self.gaps
+        before = now()
+        while not self._stop.is_set():
+            time.sleep(tick)
+            after = now()
+            if after - before > tick + slack:
+                gaps.append((before + tick, after))
+            before = after
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        return False
+
+    def within(self, windows):
+        """Seconds not run inside each (from, to) window (ascending, not overlapping)."""
+        out, k = [], 0
+        gaps = self.gaps
+        for low, high in windows:
+            while k < len(gaps) and gaps[k][1] <= low:
+                k += 1
+            total, j = 0.0, k
+            while j < len(gaps) and gaps[j][0] < high:
+                total += max(0.0, min(high, gaps[j][1]) - max(low, gaps[j][0]))
+                j += 1
+            out.append(total)
+        return out

@@ -15,15 +15,20 @@ Two witnesses, each counted per trial (commbench/trials.py's figures, on rank 0'
              waiting it caused). Not for rooted ops and pt2pt, whose root or sender may leave
              early by design.
 
+  not run    needs no other clock either: each rank's process notes the time it did not run
+             (clocks.Hiccups: stopped, descheduled, paused), so a stall that lands inside a
+             collective, where every rank's call is long, still has an author: per trial, the
+             rank that did not run the longest, by how much longer than the next one (--per-trial
+             runs of this version; no figure in --stats or a replay).
+
 Each witness names a rank when that rank caused more than half of the waiting it counted, and
 that waiting is at least MATERIAL of the trials' time (a rank last by a fraction of a
 millisecond in most trials of a quiet run slows no one that matters). The verdict names a
-straggler when a witness names it and the other, where it can judge, points at no other rank
-(it names the same rank, or the same rank caused the most of its waiting, or it counted no
-waiting at all); when the two point at different ranks it names none and says so. On 2 busy
-cores, 3 ranks fall into a staggered rhythm (each calls a few ms after the next, each spends
-as long in the call): the clocks then see one rank always last, while the call times show no
-one waited for it; that is no straggler.
+straggler when a witness names it and no witness names another (two witnesses naming different
+ranks: none, and it says so); and the clocks alone do not name one that the call times, where
+they can judge, do not bear out (the waiting they count for it at least half the clocks'): on 2
+busy cores 3 ranks fall into a staggered rhythm, each calling a few ms after the next and each
+as long in the call, so the clocks see one rank always last while no one waited for it.
 
 A spike (a trial over FACTOR x the steady median) whose slowest rank was not late by more than
 half the spike's excess, by either witness, is a stall inside the call: the ranks whose calls
@@ -57,6 +62,8 @@ class Witness:
     undecided: int = 0  # trials whose lead was within the clocks' bound
     named: Optional[int] = None  # rank index
     share: float = 0.0  # the top rank's waiting / the trials' time
+    events: list = field(default_factory=list)  # (rank index, seconds) of each counted trial
+    chance: Optional[float] = None  # the top rank's concentration, by chance (p-value)
 
     def top(self):
         return max(range(len(self.waiting)), key=lambda r: self.waiting[r])
@@ -68,8 +75,10 @@ class Verdict:
     why: str  # how it was named, or why none was
     clock: Witness = None
     call: Optional[Witness] = None  # None: not applicable or not recorded
-    spikes: dict = field(default_factory=dict)  # trial (1-based) -> ("late", rank index, s)
-    #                                              or ("inside", [rank indexes with long calls])
+    stopped: Optional[Witness] = None  # None: not recorded
+    # trial (1-based) -> ("late", rank index, s), ("stopped", rank index, s not run) or
+    # ("inside", [rank indexes with long calls], s)
+    spikes: dict = field(default_factory=dict)
 
 
 def _others(values, skip):
@@ -93,15 +102,42 @@ def _waited(spent):
     return short, (min(rest) - spent[short]) if rest else 0.0
 
 
+DRAWS = 199  # chance(): a p-value of 0.01 is at most one draw of 199 at or above the data
+CHANCE = 0.01
+
+
+def chance(events, ranks, seed=0):
+    """The p-value of the largest rank's sum of `events` ([(rank, seconds)]) if each event's
+    rank were drawn at random (every rank alike): how often DRAWS such draws put as much on one
+    rank. Seeded: the same figures give the same answer."""
+    if not events:
+        return 1.0
+    sums = [0.0] * ranks
+    for rank, seconds in events:
+        sums[rank] += seconds
+    seen = max(sums) * (1 - 1e-9)
+    rng = random.Random(seed)
+    amounts = [seconds for _, seconds in events]
+    above = 0
+    for _ in range(DRAWS):
+        drawn = [0.0] * ranks
+        for seconds in amounts:
+            drawn[rng.randrange(ranks)] += seconds
+        above += max(drawn) >= seen
+    return (1 + above) / (1 + DRAWS)
+
+
 def _name(witness, total):
-    """Sets witness.named and .share by the rule in the docstring."""
+    """Sets witness.named, .share and .chance by the rule in the docstring."""
     spent = sum(witness.waiting)
     if len(witness.waiting) < 2 or spent <= 0 or total <= 0:
         return witness
     top = witness.top()
     witness.share = witness.waiting[top] / total
     if witness.waiting[top] > spent / 2 and witness.share >= MATERIAL:
-        witness.named = top
+        witness.chance = chance(witness.events, len(witness.waiting))
+        if witness.chance <= CHANCE:
+            witness.named = top
     return witness
 
 
@@ -116,6 +152,7 @@ def clock_witness(arrivals, bounds, total):
             continue
         w.counts[last] += 1
         w.waiting[last] += lead
+        w.events.append((last, lead))
     return _name(w, total)
 
 
@@ -127,7 +164,29 @@ def call_witness(in_call, total):
         short, waited = _waited([c[i] for c in in_call])
         w.counts[short] += 1
         w.waiting[short] += max(0.0, waited)
+        if waited > 0:
+            w.events.append((short, waited))
     return _name(w, total)
+
+
+def stopped_witness(stopped, total):
+    """stopped[rank][trial]: the time its process did not run."""
+    n = len(stopped)
+    w = Witness("not run", [0] * n, [0.0] * n)
+    for i in range(len(stopped[0])):
+        top, beyond = _longest([s[i] for s in stopped])
+        if beyond > 0:
+            w.counts[top] += 1
+            w.waiting[top] += beyond
+            w.events.append((top, beyond))
+    return _name(w, total)
+
+
+def _longest(values):
+    """(the rank with the largest figure, by how much over the next largest)."""
+    top = max(range(len(values)), key=lambda r: values[r])
+    rest = _others(values, top)
+    return top, values[top] - (max(rest) if rest else 0.0)
 
 
 def judge(trials, op, bounds, spiked=(), steady=0.0):
@@ -140,38 +199,33 @@ def judge(trials, op, bounds, spiked=(), steady=0.0):
     clock = clock_witness(trials.arrivals, bounds, total)
     call = call_witness(trials.in_call, total) \
         if trials.in_call is not None and symmetric(op) and n > 1 else None
+    stopped = stopped_witness(trials.stopped, total) \
+        if trials.stopped is not None and n > 1 else None
     if n < 2:
         verdict = Verdict(None, "one rank: no arrivals to compare", clock, call)
     else:
-        verdict = _decide(clock, call)
+        verdict = _decide(clock, call, stopped)
+    verdict.stopped = stopped
     verdict.spikes = _spikes(trials, bounds, spiked, steady, times)
     return verdict
 
 
-def points_at(witness):
-    """The rank a witness points at: the one it names, else the one that caused the most of
-    its waiting; None when it counted none (or cannot judge)."""
-    if witness is None:
-        return None
-    if witness.named is not None:
-        return witness.named
-    return witness.top() if sum(witness.waiting) > 0 else None
-
-
-def _decide(clock, call):
-    by_clock, by_call = clock.named, call.named if call is not None else None
-    if by_clock is not None and by_call is not None:
-        if by_clock == by_call:
-            return Verdict(by_clock, "both", clock, call)
+def _decide(clock, call, stopped=None):
+    """The Verdict from the witnesses (the rule in the docstring); `why`: "disagree",
+    "unconfirmed" (the clocks alone, not borne out by the call times), "none", or the names of
+    the witnesses that named it, joined by " and "."""
+    witnesses = [w for w in (clock, call, stopped) if w is not None]
+    named = {w.named for w in witnesses if w.named is not None}
+    if len(named) > 1:
         return Verdict(None, "disagree", clock, call)
-    for named, other, how in ((by_clock, call, "clock"), (by_call, clock, "call time")):
-        if named is None:
-            continue
-        pointed = points_at(other)
-        if pointed is not None and pointed != named:
-            return Verdict(None, "disagree", clock, call)
-        return Verdict(named, how, clock, call)
-    return Verdict(None, "none", clock, call)
+    if not named:
+        return Verdict(None, "none", clock, call)
+    rank = named.pop()
+    by = [w.name for w in witnesses if w.named == rank]
+    if by == ["clock"] and call is not None and \
+            call.waiting[rank] < clock.waiting[rank] / 2:
+        return Verdict(None, "unconfirmed", clock, call)
+    return Verdict(rank, " and ".join(by), clock, call)
 
 
 def _spikes(trials, bounds, spiked, steady, times):
@@ -189,6 +243,11 @@ def _spikes(trials, bounds, spiked, steady, times):
             short, waited = _waited([c[i] for c in trials.in_call])
             if waited >= excess / 2 and waited > 0:
                 out[t] = ("late", short, waited)
+                continue
+        if trials.stopped is not None and n > 1:
+            top, beyond = _longest([s[i] for s in trials.stopped])
+            if beyond >= excess / 2 and beyond > 0:
+                out[t] = ("stopped", top, trials.stopped[top][i])
                 continue
         long = [r for r in range(n) if usual is not None and
                 trials.in_call[r][i] > usual[r] + excess / 2]

@@ -2,6 +2,7 @@
 device events on accelerators, the host clock on CPU; per-trial marks and statistics with
 --stats; the trial count with --time-budget."""
 
+import contextlib
 import functools
 import math
 import os
@@ -127,6 +128,7 @@ class Timing:
     start: float = 0.0
     clocks: Optional[dict] = None
     in_call: Optional[list] = None  # seconds from each trial's call to its return
+    stopped: Optional[list] = None  # --per-trial: seconds of each trial this process did not run
 
 
 DELAY_VARIABLE = "COMMBENCH_INJECT_DELAY"
@@ -200,11 +202,14 @@ def time_op(call, args, comm):
     if marked:  # arrivals on rank 0's clock: each host's offset to it, before the trials
         before = clocks.measure(comm)
         comm.sync_all()
-    marks.mark(0)
+    hiccups = clocks.Hiccups() if per_trial else contextlib.nullcontext()
+    with hiccups:
+        marks.mark(0)
+        if marked:
+            start = clocks.now()
+            _issue_marked(call, count, args.async_op, marks, _injected_delay(comm))
+            marks.mark(2 * count)  # after the waits of async ops
     if marked:
-        start = clocks.now()
-        _issue_marked(call, count, args.async_op, marks, _injected_delay(comm))
-        marks.mark(2 * count)  # after the waits of async ops
         trials = [marks.between(2 * i - 2, 2 * i) for i in range(1, count + 1)]
         late = sum(marks.between(2 * i - 2, 2 * i - 1) for i in range(1, count + 1)) / count
         arrivals = [marks.between(0, 2 * i - 1) for i in range(1, count + 1)]
@@ -212,8 +217,12 @@ def time_op(call, args, comm):
         if where is not None:
             where.at("after trials")
         aligned = clocks.alignment(before, clocks.measure(comm))  # and after them (drift)
+        stopped = None
+        if per_trial:  # the time this process did not run in each trial, end to end
+            ends = [start + marks.between(0, 2 * i) for i in range(count + 1)]
+            stopped = hiccups.within(list(zip(ends, ends[1:])))
         return Timing(marks.between(0, 2 * count) / count, count, trials, late, arrivals,
-                      start, aligned, in_call)
+                      start, aligned, in_call, stopped)
     _issue(call, count, args.async_op, _injected_delay(comm))
     marks.mark(1)
     if where is not None:

@@ -8,9 +8,11 @@ one before to its own end, as --stats' trials). arrival_us: rank-major too: when
 the trial, after the first rank to call it. first_us: T figures: when the first rank called each
 trial, after the origin (the earliest start of a timed window among the ranks), so a rank called
 trial i at first_us[i] + its arrival_us[i]. call_us: rank-major: the time in the call, from the
-call to its return (the trial's end on that rank). Microseconds, float32 little-endian, base64:
-12 bytes a trial and rank and 4 a trial before base64, so 1,000 trials on 64 ranks make 772,000
-bytes, 1 MB of text a size. origin_s: the origin on
+call to its return (the trial's end on that rank). stopped_us (--per-trial): rank-major: the time
+in each trial, end to end, that the rank's process did not run (clocks.Hiccups). Microseconds, float32 little-endian, base64:
+16 bytes a trial and rank and 4 a trial before base64, so 1,000 trials on 64 ranks make
+1,028,000 bytes, 1.4 MB of text a size. host_offset_s: each host's clock less rank 0's, before
+the trials. origin_s: the origin on
 rank 0's clock (seconds, CLOCK_MONOTONIC: the sizes of one run on one time line).
 
 Clocks (commbench/clocks.py): every figure is on rank 0's clock. "clock": "shared" when every
@@ -20,6 +22,7 @@ each host's bound, clock_error_us the largest. Files of earlier versions: "clock
 barrier's exit as the origin, clock_error_us its bound), no first_us and start_us."""
 
 import base64
+import math
 import struct
 from dataclasses import dataclass, field
 from typing import Optional
@@ -42,16 +45,21 @@ def _unpack(text, count):
 
 def figures(timing):
     """What this rank gathers for its record: [start on its clock, trials..., arrivals...
-    (after the start), times in the call...]."""
-    return [timing.start] + list(timing.trials) + list(timing.arrivals) + list(timing.in_call)
+    (after the start), times in the call..., times not run... (NaN: not measured)]."""
+    stopped = timing.stopped if getattr(timing, "stopped", None) is not None else \
+        [math.nan] * len(timing.trials)
+    return [timing.start] + list(timing.trials) + list(timing.arrivals) + \
+        list(timing.in_call) + list(stopped)
 
 
 def encode(per_rank, ranks, hostnames, aligned):
     """The record's "per_trial" from each rank's figures() (in the order of `ranks`, global
     ranks), the world's host names and rank 0's clock alignment (Timing.clocks)."""
-    count = (len(per_rank[0]) - 1) // 3
+    count = (len(per_rank[0]) - 1) // 4
     durations = [f[1:1 + count] for f in per_rank]
-    in_call = [f[1 + 2 * count:] for f in per_rank]
+    in_call = [f[1 + 2 * count:1 + 3 * count] for f in per_rank]
+    stopped = [f[1 + 3 * count:] for f in per_rank]
+    measured = not any(math.isnan(v) for row in stopped for v in row)
     hosts = [hostnames[r] for r in ranks]
 
     def on_ours(rank_index, t):  # a reading of that rank's clock, on rank 0's
@@ -70,7 +78,10 @@ def encode(per_rank, ranks, hostnames, aligned):
             "origin_s": origin,
             "clock": "shared" if len(set(hostnames)) == 1 else "measured",
             "clock_error_us": max(bounds.values()) * 1e6,
-            "host_error_us": {host: bound * 1e6 for host, bound in bounds.items()}}
+            "host_error_us": {host: bound * 1e6 for host, bound in bounds.items()},
+            "host_offset_s": {host: aligned[host][0] for host in bounds},
+            **({"stopped_us": _pack([v * 1e6 for row in stopped for v in row])}
+               if measured else {})}
 
 
 @dataclass
@@ -83,6 +94,7 @@ class Trials:
     clock: str  # "shared", "measured", or "barrier" (files of earlier versions)
     first: Optional[list] = None  # [trial]: the first call after the origin
     in_call: Optional[list] = None  # [rank index][trial]: from the call to its return
+    stopped: Optional[list] = None  # [rank index][trial]: the time its process did not run
     origin: Optional[float] = None  # the origin on rank 0's clock
     host_errors: dict = field(default_factory=dict)
 
@@ -120,6 +132,8 @@ def decode(entry):
         error = float(entry["clock_error_us"]) / 1e6
         first = _unpack(entry["first_us"], count) if "first_us" in entry else None
         in_call = _unpack(entry["call_us"], count * len(ranks)) if "call_us" in entry else None
+        stopped = _unpack(entry["stopped_us"], count * len(ranks)) \
+            if "stopped_us" in entry else None
         origin = float(entry["origin_s"]) if "origin_s" in entry else None
         host_errors = {str(k): float(v) / 1e6 for k, v in (entry.get("host_error_us") or {}).items()}
     except (KeyError, TypeError, AttributeError, base64.binascii.Error) as problem:
@@ -129,5 +143,5 @@ def decode(entry):
         return [[v / 1e6 for v in flat[i * count:(i + 1) * count]] for i in range(len(ranks))]
     return Trials(ranks, rows(durations), rows(arrivals), error, entry.get("clock", "barrier"),
                   None if first is None else [v / 1e6 for v in first],
-                  None if in_call is None else rows(in_call), origin,
-                  host_errors)
+                  None if in_call is None else rows(in_call),
+                  None if stopped is None else rows(stopped), origin, host_errors)

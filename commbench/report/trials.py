@@ -157,10 +157,14 @@ def analyse(path, factor=2.0):
                                 reverse=True)],
             "straggler": None if verdict.named is None else ranks[verdict.named],
             "how": verdict.why,
-            "witnesses": {w.name: (None if w.named is None else ranks[w.named], w.share,
-                                   None if lateness.points_at(w) is None
-                                   else ranks[lateness.points_at(w)])
-                          for w in (verdict.clock, verdict.call) if w is not None},
+            "by_stopped": None if verdict.stopped is None else [
+                {"rank": ranks[r], "longest": verdict.stopped.counts[r],
+                 "caused_s": verdict.stopped.waiting[r]}
+                for r in sorted(range(len(ranks)), key=lambda r: verdict.stopped.waiting[r],
+                                reverse=True)],
+            "witnesses": {w.name: (None if w.named is None else ranks[w.named], w.share)
+                          for w in (verdict.clock, verdict.call, verdict.stopped)
+                          if w is not None},
             "spike_kinds": {i: (kind, [ranks[r] for r in who] if kind == "inside" else ranks[who],
                                 seconds) for i, (kind, who, seconds) in verdict.spikes.items()},
             "trial_ends": trial_ends,
@@ -183,11 +187,18 @@ def run_period(sizes):
 
 
 def _why_none(s):
+    words = {"clock": "the clocks", "call time": "the call times", "not run": "the time not run"}
     if s["how"] == "disagree":
-        (a, _, pa), (b, _, pb) = s["witnesses"]["clock"], s["witnesses"]["call time"]
-        clock = f"name rank {a}" if a is not None else f"point at rank {pa}"
-        call = f"name rank {b}" if b is not None else f"point at rank {pb}"
-        return f"the witnesses disagree: the clocks {clock}, the call times {call}"
+        said = [f"{words[name]} name rank {rank}" for name, (rank, _) in s["witnesses"].items()
+                if rank is not None]
+        return "the witnesses disagree: " + ", ".join(said)
+    if s["how"] == "unconfirmed":
+        rank = s["witnesses"]["clock"][0]
+        caused = next(row["caused_s"] for row in s["by_call"] if row["rank"] == rank)
+        late = next(row["total_late_s"] for row in s["stragglers"] if row["rank"] == rank)
+        return (f"the clocks name rank {rank}, last by {units.duration(late)} in all, but by the "
+                f"call times the others waited {units.duration(caused)} for it: a staggered "
+                "rhythm, not a straggler")
     waiting = sum(row["total_late_s"] for row in s["stragglers"])
     top = s["stragglers"][0]
     parts = []
@@ -207,6 +218,12 @@ def _why_none(s):
         parts.append(f"by the call times, rank {lead['rank']} caused "
                      f"{units.duration(lead['caused_s'])}, {share:.0%}" if lead["caused_s"] > 0
                      else "by the call times, no rank was waited for")
+    if s["by_stopped"] is not None:
+        lead = s["by_stopped"][0]
+        share = s["witnesses"]["not run"][1]
+        parts.append(f"by the time not run, rank {lead['rank']} {units.duration(lead['caused_s'])}"
+                     f", {share:.0%}" if lead["caused_s"] > 0 else
+                     "by the time not run, every rank ran")
     return "; ".join(parts)
 
 
@@ -223,14 +240,18 @@ def _spike_words(s):
     kinds = s["spike_kinds"]
     if not kinds or len(s["ranks"]) < 2:
         return ""
-    late, inside = {}, []
+    late, stopped, inside = {}, {}, []
     for kind, who, _ in kinds.values():
         if kind == "late":
             late[who] = late.get(who, 0) + 1
+        elif kind == "stopped":
+            stopped[who] = stopped.get(who, 0) + 1
         else:
             inside.append(who)
     parts = [f"{n} a late call by rank {rank}" for rank, n in
              sorted(late.items(), key=lambda item: -item[1])]
+    parts += [f"{n} rank {rank} not running inside the call" for rank, n in
+              sorted(stopped.items(), key=lambda item: -item[1])]
     if inside:
         long = sorted({r for who in inside for r in who})
         parts.append(f"{len(inside)} a stall inside the call (long calls: "
@@ -290,15 +311,21 @@ def render(sizes):
             lines.append(f"  shortest call rank {row['rank']} on {s['hosts'][index]}: "
                          f"{row['shortest']} of {s['trials']} trials, the others waited "
                          f"{units.duration(row['caused_s'])} in all for it{mark}")
+        for row in [r for r in (s["by_stopped"] or [])[:1] if r["caused_s"] > 0] if many else []:
+            index = s["ranks"].index(row["rank"])
+            mark = "   <- straggler" if row["rank"] == s["straggler"] else ""
+            lines.append(f"  not run       rank {row['rank']} on {s['hosts'][index]}: the longest "
+                         f"in {row['longest']} of {s['trials']} trials, "
+                         f"{units.duration(row['caused_s'])} in all beyond the others{mark}")
         if not many:
             lines.append("  last to call  - (one rank: no arrivals to compare)")
         elif s["straggler"] is None:
             lines.append(f"  straggler     none ({_why_none(s)})")
         else:
-            how = {"both": "named by the clocks and the call times alike",
-                   "clock": "named by the clocks (the call times name no one)",
-                   "call time": "named by the call times (the clocks name no one)"}[s["how"]]
-            lines.append(f"  straggler     rank {s['straggler']} ({how})")
+            words = {"clock": "the clocks", "call time": "the call times",
+                     "not run": "the time not run"}
+            how = " and ".join(words[name] for name in s["how"].split(" and "))
+            lines.append(f"  straggler     rank {s['straggler']} (named by {how})")
         d = s["drift"]
         if d is None:
             lines.append("  drift         - (fewer than 4 steady trials)")

@@ -6,6 +6,7 @@ outputs are compared. Rank 0 prints the tables and writes --output.
 Every bad trace is found before the process group starts, alike on every rank: one line, exit
 2, no rank left waiting for another."""
 
+import math
 import os
 import statistics
 import sys
@@ -224,7 +225,8 @@ def gather_passes(comm, passes, came, aligned):
     clock (`aligned`: clocks.alignment of the readings before and after the passes)."""
     start = came[0][0]
     mine = [start] + list(passes) + [entered - start for entered, _ in came] + \
-        [began - entered + seconds for (entered, began), seconds in zip(came, passes)]
+        [began - entered + seconds for (entered, began), seconds in zip(came, passes)] + \
+        [math.nan] * len(passes)  # the time not run: not measured in a replay
     rows = comm.gather_figures(mine)
     if comm.global_rank != 0:  # rank 0 alone holds the clocks' alignment, and writes
         return None
