@@ -12,7 +12,7 @@ import re
 import pytest
 
 from commbench import results
-from commbench.report import buckets, compare, layouts, runs, strategy
+from commbench.report import buckets, compare, layouts, measured, runs, strategy
 from support import ROOT
 
 pytestmark = pytest.mark.fast
@@ -386,6 +386,44 @@ def test_bucketed_messages_are_full_buckets_then_the_rest():
     pieces = strategy._bucketed("all_reduce", 10, 4, 2, 1.5, lambda b: b)
     assert [(p.message, p.count, p.moved) for p in pieces] == [(4, 2, 6.0), (2, 1, 3.0)]
     assert strategy._bucketed("all_reduce", 3, 4, 2, 1.0, lambda b: b)[0].count == 1  # rest only
+
+
+def measured_analysis(**shifted):
+    """report.py strategy --measured on the recorded run (tests/fixtures), each strategy's
+    tokens/s in `shifted` multiplied by its factor."""
+    meta, records = measured.load(str(FIXTURES / "strategies_2ranks.jsonl"))
+    for record in records:
+        record["tokens_per_s"] *= shifted.get(record["strategy"], 1.0)
+    curves = strategy.Curves(runs.load_run(str(FIXTURES / "curves_2ranks.jsonl")).ops)
+    return measured.analyse(meta, records, curves, measured.workload(meta, records, 80))
+
+
+def _bold_tokens(text):
+    """{plan: tokens/s cell} of the "Measured against estimated" table."""
+    table = text.split("### Measured against estimated")[1].split("\n\n")[1].splitlines()
+    column = table[0].split(" | ").index("tokens/s")
+    return {row.split(" | ")[0].strip("| "): row.split(" | ")[column] for row in table[2:]}
+
+
+@pytest.mark.parametrize("shifted,best", [({}, "DDP"), ({"tp": 2.5}, "TP=2")])
+def test_the_strategy_recommendation_is_the_tables_best_and_names_its_figure(shifted, best):
+    """The recorded run: TP=2 has the shortest step (461 ms against DDP's 511) but trains half
+    the tokens a step; the recommendation is the strategy the table marks best by tokens/s, says
+    that is its figure, and names the shortest step apart."""
+    analysis = measured_analysis(**shifted)
+    text = measured.render(analysis, "markdown")
+    cells = _bold_tokens(text)
+    marked = [plan for plan, cell in cells.items() if cell.startswith("**")]
+    tokens = {row["plan"]: row["tokens_per_s"] for row in analysis["rows"]}
+    assert marked == [best] == [max(tokens, key=tokens.get)]
+    recommendation = text.split("Recommendation: ")[1]
+    assert recommendation.startswith(f"{best} trains fastest by tokens/s, the figure it is picked "
+                                     f"by (in bold in the table; not step time")
+    assert f"a step): {tokens[best]:.0f} tokens/s (a step of" in recommendation
+    shortest = min(analysis["rows"], key=lambda row: row["step_s"])
+    said = f"{shortest['plan']} has the shortest step"
+    assert (said in recommendation) == (shortest["plan"] != best), recommendation
+    assert analysis["picked_by"] == "tokens_per_s"
 
 
 # --------------------------------------------------------------------------- doctor's heatmap
