@@ -296,12 +296,13 @@ def test_compare_of_single_runs_knows_the_run_to_run_spread_from_the_database(tm
     near = results_file(tmp_path / "near.jsonl", [(s, 1.1 * (1e-5 + s / 1e9)) for s in sizes])
     far = results_file(tmp_path / "far.jsonl", [(s, 3 * (1e-5 + s / 1e9)) for s in sizes])
     assert report(["compare", a, near]) == 0
-    assert "one run each: differences under the run-to-run spread are unknown here and cannot " \
-           "be told apart" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "B/A 1.100 at small messages, B/A 1.100 at large messages (geometric means); no " \
+           "verdict: one window a run cannot tell" in out and "slower" not in out
     assert report(["compare", a, near, "--db", str(tmp_path / "r.db")]) == 0
     out = capsys.readouterr().out
     assert "no difference beyond the run-to-run noise at small messages (+10% [" in out
-    assert "against the spread of 12 runs in the database" in out and "one run each" not in out
+    assert "against the spread of 12 runs in the database" in out and "no verdict" not in out
     assert report(["compare", a, far, "--db", str(tmp_path / "r.db")]) == 0
     out = capsys.readouterr().out
     assert "slower at small messages: +200% [" in out and "slower at large messages: +200% [" in out

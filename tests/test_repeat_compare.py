@@ -129,14 +129,37 @@ def test_injected_delay_is_named_with_an_interval_that_holds_it(run, tmp_path):
     assert re.search(r"slower at small messages: \+\d+% \[\+\d+%, \+\d+%\]", text), text
 
 
-def test_results_without_repeat_still_compare_and_say_so(two_runs):
-    (torch_path, _), (deepspeed_path, _) = two_runs["torch"], two_runs["deepspeed"]
-    text = compare(torch_path, deepspeed_path).stdout
+def test_two_single_runs_give_their_ratios_and_no_verdict(run, tmp_path):
+    """Issue 52: two runs of one command without --repeat, however far apart their figures fall
+    on a shared machine, make no claim: the ratios (size by size and the geometric means), and
+    what would let compare judge (--repeat, or --db with earlier runs of the command)."""
+    paths = [tmp_path / f"single{i}.jsonl" for i in (1, 2)]
+    for path in paths:
+        result = run("all_reduce.py", "--scan", "--maxsize=18", "--trials=5", "--dist=torch",
+                     f"--output={path}", nproc=2)
+        assert result.returncode == 0, result
+    result = compare(*paths)
+    assert_no_traceback(result)
+    text = result.stdout
+    assert not re.search(r"faster|slower", text, re.IGNORECASE), text
     assert ("WARNING: A and B have no repeated windows, so these ratios carry no uncertainty "
-            "(one window on a shared machine can be off by 2x); run both with --repeat 5 for "
-            "intervals and significance") in text
-    assert "(* B/A above 1.1)" in text
-    assert "95% interval" not in text
+            "(one window on a shared machine can be off by 2x)") in text
+    durations = [{r["size_bytes"]: r["duration_s"] for r in read(path)[1]} for path in paths]
+    rows = [line.split() for line in text.splitlines() if re.match(r"\s*\d+ (B|KiB|MiB)\s", line)]
+    assert len(rows) == len(durations[0]) == 17
+    for row in rows:  # size, unit, A (us), B (us), B/A [*], busbw A, busbw B
+        a, b = float(row[2]), float(row[3])
+        assert float(row[4]) == pytest.approx(b / a, abs=0.0015)
+    small = re.search(r"geometric mean B/A: small \(< 64 KiB\) (\d+\.\d+), large \(>= 1 MiB\) "
+                      r"(\d+\.\d+)", text)
+    assert small, text
+    verdict = [line for line in text.splitlines() if line.startswith("all_reduce: ")]
+    assert verdict == [f"all_reduce: B/A {small.group(1)} at small messages, B/A {small.group(2)} "
+                       "at large messages (geometric means); no verdict: one window a run cannot "
+                       "tell a change from the run-to-run noise; to judge, run both with --repeat "
+                       "5, or give --db URL with a database that holds earlier runs of this "
+                       "command (docs/history.md)."], text
+    assert "(* B/A above 1.1: a ratio, not a verdict)" in text and "95% interval" not in text
 
 
 def test_window_records_alone_are_read_as_the_run(run, tmp_path):
