@@ -236,6 +236,16 @@ def test_ten_runs_of_one_command_claim_no_change_and_a_delay_is_named(tmp_path, 
     verdicts = re.findall(r"^  verdict: .*$", shown, re.M)
     held = [v for v in verdicts if v.startswith("  verdict: no change over 10 runs (")]
     assert verdicts and held == verdicts, shown
+    # ... and says what it could have missed (issue 52): the smallest drop and rise found within
+    # 2 runs in 95% of series with these runs' deviations (or, on a machine that spreads ten
+    # runs over 10x, that not even -90% or +900% is)
+    for verdict in verdicts:
+        power = re.search(r"; (a change smaller than -(\d+)% or \+(\d+)%|a change of any size up to "
+                          r"-90% or \+900%) could have been missed at this spread: (a step of that "
+                          r"size|not even a (drop|rise) that large) halfway through 10 runs is "
+                          r"found within 2 runs of it in 95% of series with this series' "
+                          r"run-to-run deviations$", verdict)
+        assert power and (power.group(2) is None or 0 < int(power.group(2)) <= 90), verdict
     assert report(["compare", str(paths[0]), str(late), "--db", str(db)]) == 0
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("all_reduce:")]
     named = re.search(r"slower at small messages: \+\d+% \[\+\d+%, \+\d+%\]", line)
