@@ -12,6 +12,9 @@
   .venv/bin/python benchmarks/history.py --noise-db DB --save-noise NAME --source "..."
                                                       # ... kept as data/history-noise-NAME.json
 
+The model (commbench/db/power.py) is the one report.py history states a "no change"'s power by:
+the smallest step it finds within 2 runs in 95% of series drawn from the series' own noise.
+
 The noise file holds, per series of a database of repeated runs, each run's figure over the
 series' median (no figures of its own: they come from the runs named in its "source").
 """
@@ -31,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from commbench.db import history, store as stores  # noqa: E402
+from commbench.db.power import detection  # noqa: E402  (the model report.py history states)
 
 NOISE = ROOT / "benchmarks" / "data" / "history-noise.json"
 
@@ -51,20 +55,6 @@ def noise_from(where):
 def history_title(series):
     from commbench.report.history import title
     return title(series)
-
-
-def detection(noise, count, runs, at, drop, rng):
-    """(found within 2 runs, found anywhere, claimed without a change), each out of count."""
-    right = anywhere = false = 0
-    for _ in range(count):
-        changed = rng.choice(noise, runs) * 1.0
-        changed[at:] *= 1 - drop
-        changes = history.change_points(changed)
-        anywhere += bool(changes)
-        right += any(abs(c.at - at) <= 2 for c in changes)
-        steady = rng.choice(noise, runs)
-        false += bool(history.change_points(steady))
-    return right, anywhere, false
 
 
 def detect(series, args, rng):

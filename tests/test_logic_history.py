@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from commbench import outputs, results
-from commbench.db import history, schema, store as stores
+from commbench.db import history, power, schema, store as stores
 from commbench.settings import Settings
 from commbench.prometheus import PrometheusFile
 from commbench.report import history as report_history
@@ -227,6 +227,89 @@ def test_history_bands_and_a_change_through_the_database(tmp_path):
     assert "-33." in text and "-33." in text.split("medium")[1]  # bandwidth: 1 / 1.5
 
 
+# --------------------------------------------------------------------------- what "no change" misses
+
+def deviations_of(spread, count=40, seed=4):
+    """`count` run-to-run deviations (figure over median) of robust spread `spread` exactly."""
+    logs = numpy.random.default_rng(seed).standard_normal(count)
+    ratios = numpy.exp(logs)
+    ratios /= numpy.median(ratios)
+    return 1 + (ratios - 1) * spread / (1.4826 * numpy.median(numpy.abs(ratios - 1)))
+
+
+def counted(series, at):
+    """As benchmarks/history.py counts: change_points places a change within 2 runs of `at`."""
+    return numpy.array([any(abs(c.at - at) <= 2 for c in history.change_points(row))
+                        for row in series])
+
+
+@pytest.mark.parametrize("runs,factor", [(10, 0.4), (17, 0.7), (17, 1.6), (45, 0.8),
+                                         (45, 1.25)])
+def test_the_models_count_is_change_points_own(runs, factor):
+    """power.found (the first split of every series at once) counts what change_points finds."""
+    draws = numpy.random.default_rng(runs).choice(deviations_of(0.3), (120, runs))
+    draws[:, runs // 2:] *= factor
+    found = power.found(draws, runs // 2)
+    assert 0 < found.sum() < len(found)  # neither all nor none: the count is tried both ways
+    assert (found == counted(draws, runs // 2)).all()
+
+
+def test_the_smallest_change_found_is_where_95_percent_of_series_find_it():
+    noise, runs = deviations_of(0.2), 20
+    drop, rise = power.smallest_found(noise, runs)
+    draws = numpy.random.default_rng(0).choice(noise, (power.SERIES, runs))  # the model's draws
+    for factor, found in (((1 - drop), True), ((1 - drop) ** 0.9, False),
+                          ((1 + rise), True), ((1 + rise) ** 0.9, False)):
+        stepped = draws.copy()
+        stepped[:, runs // 2:] *= factor
+        assert (counted(stepped, runs // 2).mean() >= 0.95) == found, factor
+
+
+def test_the_smallest_change_found_grows_with_the_spread_and_shrinks_with_more_runs():
+    figures = {spread: power.smallest_found(deviations_of(spread), 20)
+               for spread in (0.05, 0.2, 0.5)}
+    drops, rises = zip(*figures.values())
+    assert list(drops) == sorted(drops) and list(rises) == sorted(rises), figures
+    assert drops[0] < 0.25 < drops[-1], figures
+    ten, twenty = (power.smallest_found(deviations_of(0.2), n) for n in (10, 20))
+    # 10 runs find a change only where the last 5 are all beyond the first 5; 20 runs less
+    assert ten[0] > twenty[0] and ten[1] > twenty[1], (ten, twenty)
+    assert power.smallest_found(deviations_of(0.2), 9) is None  # too short to judge
+
+
+def test_no_change_says_the_smallest_change_it_could_have_shown(tmp_path):
+    store = stores.Store(tmp_path / "r.db")
+    noise = deviations_of(0.25, count=14)
+    for ratio in noise:  # 14 runs of one command, no change: spread 25%
+        write_run(store, [(8, 1e-5 * ratio)])
+    (series,) = history.judge(history.load(store))
+    store.close()
+    assert series.changes == [] and series.spread == pytest.approx(0.25, rel=1e-6)
+    drop, rise = power.smallest_found(noise, 14)
+    assert 0.1 < drop < 0.9 and 0.1 < rise < 9
+    assert report_history.verdict(series) == (
+        f"no change over 14 runs (run-to-run spread 25.0%; Pettitt p >= 0.01); a change smaller "
+        f"than -{drop:.0%} or +{rise:.0%} could have been missed at this spread: a step of that "
+        f"size halfway through 14 runs is found within 2 runs of it in 95% of series with this "
+        f"series' run-to-run deviations")
+    (data,) = json.loads(report_history.as_json([series]))
+    assert data["smallest_found"] == {"drop": drop, "rise": rise, "runs": 14, "within_runs": 2,
+                                      "share": 0.95, "series": 200}
+
+
+def test_a_long_series_says_how_many_runs_the_model_drew():
+    series = history.Series(("all_reduce",) + (None,) * 9, "latency", (8,), 1)
+    series.values = list(1e-5 * numpy.resize(deviations_of(0.1), 80))
+    series.runs, series.started = list(range(80)), ["-"] * 80
+    history.judge([series])
+    assert not series.changes
+    figures, drawn = power.of_series(series)
+    assert drawn == power.LONGEST == 50
+    assert figures == power.smallest_found(history.deviations(series.values, []), 50)
+    assert f"halfway through 50 runs (the model draws at most 50; 80 here) is found within 2 " \
+           "runs" in report_history.verdict(series)
+
+
 # --------------------------------------------------------------------------- Prometheus
 
 def test_the_prometheus_file_parses_back_with_its_figures(tmp_path):
@@ -296,12 +379,18 @@ def test_compare_of_single_runs_knows_the_run_to_run_spread_from_the_database(tm
     near = results_file(tmp_path / "near.jsonl", [(s, 1.1 * (1e-5 + s / 1e9)) for s in sizes])
     far = results_file(tmp_path / "far.jsonl", [(s, 3 * (1e-5 + s / 1e9)) for s in sizes])
     assert report(["compare", a, near]) == 0
-    assert "one run each: differences under the run-to-run spread are unknown here and cannot " \
-           "be told apart" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "B/A 1.100 at small messages, B/A 1.100 at large messages (geometric means); no " \
+           "verdict: one window a run cannot tell" in out and "slower" not in out
     assert report(["compare", a, near, "--db", str(tmp_path / "r.db")]) == 0
     out = capsys.readouterr().out
     assert "no difference beyond the run-to-run noise at small messages (+10% [" in out
-    assert "against the spread of 12 runs in the database" in out and "one run each" not in out
+    assert "against the spread of 12 runs in the database" in out and "no verdict" not in out
+    missed = re.findall(r"\): a change smaller than -(\d+)% or \+(\d+)% could have been missed at "
+                        r"this spread: a step of that size halfway through 12 runs is found "
+                        r"by report.py history within 2 runs of it in 95% of series with the database's runs' "
+                        r"run-to-run deviations", out)
+    assert len(missed) == 2, out  # small and large messages: each no difference, each its power
     assert report(["compare", a, far, "--db", str(tmp_path / "r.db")]) == 0
     out = capsys.readouterr().out
     assert "slower at small messages: +200% [" in out and "slower at large messages: +200% [" in out

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from commbench import results
-from commbench.report import buckets, compare, layouts, runs, strategy
+from commbench.report import buckets, compare, layouts, measured, runs, strategy
 from support import ROOT
 
 pytestmark = pytest.mark.fast
@@ -197,16 +197,17 @@ def test_compare_ratios_geometric_means_and_the_verdict():
     (op,) = report["ops"]
     ratios = {r["size"]: r["ratio"] for r in op["rows"]}
     assert ratios[1024] == pytest.approx(2.0) and ratios[1 << 20] == pytest.approx(0.9)
-    assert [r["size"] for r in op["rows"] if r["slower"]] == [1024, 1 << 18]  # above 1.1
+    assert [r["size"] for r in op["rows"] if r["above_threshold"]] == [1024, 1 << 18]  # > 1.1
     assert op["small_ratio"] == pytest.approx(1.0)  # sqrt(2 x 0.5): sizes under 64 KiB
     assert op["large_ratio"] == pytest.approx(0.9)  # 1 MiB and up; 256 KiB in neither
     assert op["only_b"] == [1 << 24] and op["only_a"] == []
-    assert op["verdict"] == "all_reduce: B adds nothing at small messages, is 10% faster at " \
-                            "large messages."
+    assert op["verdict"] == ("all_reduce: B/A 1.000 at small messages, B/A 0.900 at large "
+                             "messages (geometric means); no verdict: " + compare.TO_JUDGE + ".")
     assert any("no repeated windows" in w for w in report["warnings"])
     text = compare.render(report, "text")
     assert "1 size from 64 KiB to under 1 MiB in neither group" in text
-    assert "only in B: 16 MiB" in text and "(* B/A above 1.1)" in text
+    assert "only in B: 16 MiB" in text and "(* B/A above 1.1: a ratio, not a verdict)" in text
+    assert not re.search(r"faster|slower|adds", text), text
 
 
 def test_compare_warns_of_different_world_sizes_and_dtypes():
@@ -218,12 +219,16 @@ def test_compare_warns_of_different_world_sizes_and_dtypes():
 
 
 @pytest.mark.parametrize("small,large,text", [
-    (1.5, None, "B adds 50% at small messages, no large messages to compare."),
-    (0.75, 1.01, "B is 25% faster at small messages, adds nothing at large messages."),
-    (None, 1.03, "B no small messages to compare, adds 3% at large messages."),
+    (1.5, None, "B/A 1.500 at small messages, no large messages to compare"),
+    (0.25, 1.01, "B/A 0.250 at small messages, B/A 1.010 at large messages"),
+    (None, 3.0, "no small messages to compare, B/A 3.000 at large messages"),
 ])
-def test_verdict_sentences(small, large, text):
-    assert compare.verdict("op", small, large, "B") == f"op: {text}"
+def test_single_runs_get_their_ratios_and_what_would_let_compare_judge(small, large, text):
+    """One window a run: however far apart, the ratios and no claim; --repeat or --db named."""
+    said = compare.verdict("op", small, large)
+    assert said == f"op: {text} (geometric means); no verdict: {compare.TO_JUDGE}."
+    assert "--repeat 5" in said and "--db URL" in said and "earlier runs of this command" in said
+    assert not re.search(r"faster|slower|adds", said)
 
 
 def test_windows_that_overlap_are_no_significant_difference():
@@ -386,6 +391,44 @@ def test_bucketed_messages_are_full_buckets_then_the_rest():
     pieces = strategy._bucketed("all_reduce", 10, 4, 2, 1.5, lambda b: b)
     assert [(p.message, p.count, p.moved) for p in pieces] == [(4, 2, 6.0), (2, 1, 3.0)]
     assert strategy._bucketed("all_reduce", 3, 4, 2, 1.0, lambda b: b)[0].count == 1  # rest only
+
+
+def measured_analysis(**shifted):
+    """report.py strategy --measured on the recorded run (tests/fixtures), each strategy's
+    tokens/s in `shifted` multiplied by its factor."""
+    meta, records = measured.load(str(FIXTURES / "strategies_2ranks.jsonl"))
+    for record in records:
+        record["tokens_per_s"] *= shifted.get(record["strategy"], 1.0)
+    curves = strategy.Curves(runs.load_run(str(FIXTURES / "curves_2ranks.jsonl")).ops)
+    return measured.analyse(meta, records, curves, measured.workload(meta, records, 80))
+
+
+def _bold_tokens(text):
+    """{plan: tokens/s cell} of the "Measured against estimated" table."""
+    table = text.split("### Measured against estimated")[1].split("\n\n")[1].splitlines()
+    column = table[0].split(" | ").index("tokens/s")
+    return {row.split(" | ")[0].strip("| "): row.split(" | ")[column] for row in table[2:]}
+
+
+@pytest.mark.parametrize("shifted,best", [({}, "DDP"), ({"tp": 2.5}, "TP=2")])
+def test_the_strategy_recommendation_is_the_tables_best_and_names_its_figure(shifted, best):
+    """The recorded run: TP=2 has the shortest step (461 ms against DDP's 511) but trains half
+    the tokens a step; the recommendation is the strategy the table marks best by tokens/s, says
+    that is its figure, and names the shortest step apart."""
+    analysis = measured_analysis(**shifted)
+    text = measured.render(analysis, "markdown")
+    cells = _bold_tokens(text)
+    marked = [plan for plan, cell in cells.items() if cell.startswith("**")]
+    tokens = {row["plan"]: row["tokens_per_s"] for row in analysis["rows"]}
+    assert marked == [best] == [max(tokens, key=tokens.get)]
+    recommendation = text.split("Recommendation: ")[1]
+    assert recommendation.startswith(f"{best} trains fastest by tokens/s, the figure it is picked "
+                                     f"by (in bold in the table; not step time")
+    assert f"a step): {tokens[best]:.0f} tokens/s (a step of" in recommendation
+    shortest = min(analysis["rows"], key=lambda row: row["step_s"])
+    said = f"{shortest['plan']} has the shortest step"
+    assert (said in recommendation) == (shortest["plan"] != best), recommendation
+    assert analysis["picked_by"] == "tokens_per_s"
 
 
 # --------------------------------------------------------------------------- doctor's heatmap

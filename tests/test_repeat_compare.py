@@ -129,14 +129,37 @@ def test_injected_delay_is_named_with_an_interval_that_holds_it(run, tmp_path):
     assert re.search(r"slower at small messages: \+\d+% \[\+\d+%, \+\d+%\]", text), text
 
 
-def test_results_without_repeat_still_compare_and_say_so(two_runs):
-    (torch_path, _), (deepspeed_path, _) = two_runs["torch"], two_runs["deepspeed"]
-    text = compare(torch_path, deepspeed_path).stdout
+def test_two_single_runs_give_their_ratios_and_no_verdict(run, tmp_path):
+    """Issue 52: two runs of one command without --repeat, however far apart their figures fall
+    on a shared machine, make no claim: the ratios (size by size and the geometric means), and
+    what would let compare judge (--repeat, or --db with earlier runs of the command)."""
+    paths = [tmp_path / f"single{i}.jsonl" for i in (1, 2)]
+    for path in paths:
+        result = run("all_reduce.py", "--scan", "--maxsize=18", "--trials=5", "--dist=torch",
+                     f"--output={path}", nproc=2)
+        assert result.returncode == 0, result
+    result = compare(*paths)
+    assert_no_traceback(result)
+    text = result.stdout
+    assert not re.search(r"faster|slower", text, re.IGNORECASE), text
     assert ("WARNING: A and B have no repeated windows, so these ratios carry no uncertainty "
-            "(one window on a shared machine can be off by 2x); run both with --repeat 5 for "
-            "intervals and significance") in text
-    assert "(* B/A above 1.1)" in text
-    assert "95% interval" not in text
+            "(one window on a shared machine can be off by 2x)") in text
+    durations = [{r["size_bytes"]: r["duration_s"] for r in read(path)[1]} for path in paths]
+    rows = [line.split() for line in text.splitlines() if re.match(r"\s*\d+ (B|KiB|MiB)\s", line)]
+    assert len(rows) == len(durations[0]) == 17
+    for row in rows:  # size, unit, A (us), B (us), B/A [*], busbw A, busbw B
+        a, b = float(row[2]), float(row[3])
+        assert float(row[4]) == pytest.approx(b / a, abs=0.0015)
+    small = re.search(r"geometric mean B/A: small \(< 64 KiB\) (\d+\.\d+), large \(>= 1 MiB\) "
+                      r"(\d+\.\d+)", text)
+    assert small, text
+    verdict = [line for line in text.splitlines() if line.startswith("all_reduce: ")]
+    assert verdict == [f"all_reduce: B/A {small.group(1)} at small messages, B/A {small.group(2)} "
+                       "at large messages (geometric means); no verdict: one window a run cannot "
+                       "tell a change from the run-to-run noise; to judge, run both with --repeat "
+                       "5, or give --db URL with a database that holds earlier runs of this "
+                       "command (docs/history.md)."], text
+    assert "(* B/A above 1.1: a ratio, not a verdict)" in text and "95% interval" not in text
 
 
 def test_window_records_alone_are_read_as_the_run(run, tmp_path):
@@ -213,6 +236,16 @@ def test_ten_runs_of_one_command_claim_no_change_and_a_delay_is_named(tmp_path, 
     verdicts = re.findall(r"^  verdict: .*$", shown, re.M)
     held = [v for v in verdicts if v.startswith("  verdict: no change over 10 runs (")]
     assert verdicts and held == verdicts, shown
+    # ... and says what it could have missed (issue 52): the smallest drop and rise found within
+    # 2 runs in 95% of series with these runs' deviations (or, on a machine that spreads ten
+    # runs over 10x, that not even -90% or +900% is)
+    for verdict in verdicts:
+        power = re.search(r"; (a change smaller than -(\d+)% or \+(\d+)%|a change of any size up to "
+                          r"-90% or \+900%) could have been missed at this spread: (a step of that "
+                          r"size|not even a (drop|rise) that large) halfway through 10 runs is "
+                          r"found within 2 runs of it in 95% of series with this series' "
+                          r"run-to-run deviations$", verdict)
+        assert power and (power.group(2) is None or 0 < int(power.group(2)) <= 90), verdict
     assert report(["compare", str(paths[0]), str(late), "--db", str(db)]) == 0
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("all_reduce:")]
     named = re.search(r"slower at small messages: \+\d+% \[\+\d+%, \+\d+%\]", line)

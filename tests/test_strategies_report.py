@@ -80,8 +80,9 @@ def test_markdown_tables_and_a_recommendation_from_the_figures(tmp_path):
     best = max(measured.values(), key=lambda r: r["tokens_per_s"])
     names = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3",
              "tp": "TP=2", "pp": "PP=2"}
-    assert f"Recommendation: {names[best['strategy']]} trains fastest: " \
-           f"{best['tokens_per_s']:.0f} tokens/s" in text
+    assert f"Recommendation: {names[best['strategy']]} trains fastest by tokens/s, the figure " \
+           f"it is picked by" in text
+    assert f"{best['tokens_per_s']:.0f} tokens/s (a step of" in text
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "wrote" in result.stderr
 

@@ -17,6 +17,7 @@ Its size is the ratio of the medians after and before, with a 95% bootstrap inte
 resamples of each side).
 """
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -113,44 +114,68 @@ def _largest_u(ranks):
     return numpy.where(allowed, u, -1)
 
 
+@functools.lru_cache(maxsize=None)
+def _null(n):
+    """Pettitt's largest |U| over PERMUTATIONS orders of the ranks 1..n, sorted: the test's own
+    distribution for a series of n runs, drawn once (a fixed seed: one series, one verdict)."""
+    shuffled = numpy.random.default_rng(n).permuted(
+        numpy.broadcast_to(numpy.arange(1.0, n + 1), (PERMUTATIONS, n)), axis=1)
+    return numpy.sort(_largest_u(shuffled).max(axis=1))
+
+
+def p_value(statistic, n):
+    """Pettitt's p of the largest |U| `statistic` (a number, or an array of them) of a series of
+    n runs: below EXACT_BELOW runs drawn (_null), from there the closed form."""
+    statistic = numpy.asarray(statistic, dtype=float)
+    if n < EXACT_BELOW:
+        null = _null(n)
+        as_large = len(null) - numpy.searchsorted(null, statistic, side="left")
+        return (as_large + 1) / (len(null) + 1)
+    return numpy.minimum(1.0, 2 * numpy.exp(-6 * statistic ** 2 / (n ** 3 + n ** 2)))
+
+
+def ranks_of(values):
+    """The ranks 1..n of the values of each row (ties in their order, as a stable sort)."""
+    values = numpy.asarray(values, dtype=float)
+    ranks = numpy.empty(values.shape)
+    order = numpy.argsort(values, axis=-1, kind="stable")
+    numpy.put_along_axis(ranks, order, numpy.broadcast_to(
+        numpy.arange(1.0, values.shape[-1] + 1), values.shape), axis=-1)
+    return ranks
+
+
 def pettitt(values):
     """(index of the first value after the best split, p) by Pettitt's test over the splits
     that leave MIN_SEGMENT values on each side; (None, 1.0) for a series too short.
 
     Up to EXACT_BELOW runs the p is the test's own distribution, drawn: PERMUTATIONS orders of
-    the same ranks, each scored as the series is (a fixed seed: one series, one verdict).
-    Pettitt's closed form, 2 exp(-6 K^2 / (n^3 + n^2)), holds for long series and is far too
-    cautious for short ones: at 10 runs, five all below the other five (a 1 in 126 order) has
-    p = 0.066 by it, 0.008 drawn, and no series under 16 runs could reach p < 0.01."""
+    the ranks 1..n, each scored as the series is (_null). Pettitt's closed form,
+    2 exp(-6 K^2 / (n^3 + n^2)), holds for long series and is far too cautious for short ones:
+    at 10 runs, five all below the other five (a 1 in 126 order) has p = 0.066 by it, 0.008
+    drawn, and no series under 16 runs could reach p < 0.01."""
     n = len(values)
     if n < 2 * MIN_SEGMENT:
         return None, 1.0
-    ranks = numpy.empty(n)
-    ranks[numpy.argsort(values, kind="stable")] = numpy.arange(1, n + 1)
-    u = _largest_u(ranks)
+    u = _largest_u(ranks_of(values))
     best = int(numpy.argmax(u))
-    statistic = float(u[best])
-    if n < EXACT_BELOW:
-        shuffled = numpy.random.default_rng(n).permuted(
-            numpy.broadcast_to(ranks, (PERMUTATIONS, n)), axis=1)
-        as_large = int(numpy.count_nonzero(_largest_u(shuffled).max(axis=1) >= statistic))
-        return best + 1, (as_large + 1) / (PERMUTATIONS + 1)
-    return best + 1, min(1.0, 2 * math.exp(-6 * statistic ** 2 / (n ** 3 + n ** 2)))
+    return best + 1, float(p_value(u[best], n))
 
 
 def locate(values):
     """Where a change found by pettitt() lies: the split that leaves the least squared deviation
     of the log figures from each side's mean (ranks say whether, magnitudes say where more
     precisely), the figures first clamped to their 2.5 and 97.5 percentiles so that one wild run
-    pulls it little."""
+    pulls it little. `values` one series (an index), or one per row (an index per row)."""
     x = numpy.log(numpy.asarray(values, dtype=float))
-    x = numpy.clip(x, *numpy.quantile(x, (0.025, 0.975)))
-    n = len(x)
+    x = numpy.clip(x, *numpy.quantile(x, (0.025, 0.975), axis=-1, keepdims=True))
+    n = x.shape[-1]
     k = numpy.arange(MIN_SEGMENT, n - MIN_SEGMENT + 1)
-    total, squares = numpy.cumsum(x), numpy.cumsum(x * x)
-    left = squares[k - 1] - total[k - 1] ** 2 / k
-    right = (squares[-1] - squares[k - 1]) - (total[-1] - total[k - 1]) ** 2 / (n - k)
-    return int(k[numpy.argmin(left + right)])
+    total, squares = numpy.cumsum(x, axis=-1), numpy.cumsum(x * x, axis=-1)
+    left = squares[..., k - 1] - total[..., k - 1] ** 2 / k
+    right = ((squares[..., -1:] - squares[..., k - 1])
+             - (total[..., -1:] - total[..., k - 1]) ** 2 / (n - k))
+    at = k[numpy.argmin(left + right, axis=-1)]
+    return int(at) if x.ndim == 1 else at
 
 
 def _interval(before, after, rng):
@@ -160,10 +185,9 @@ def _interval(before, after, rng):
     return float(numpy.quantile(ratios, 0.025)), float(numpy.quantile(ratios, 0.975))
 
 
-def change_points(values, alpha=ALPHA, seed=0):
-    """The changes in `values` (oldest first), by binary segmentation with Pettitt's test."""
+def split_points(values, alpha=ALPHA):
+    """Where `values` changed, oldest first, by binary segmentation with Pettitt's test."""
     values = numpy.asarray(values, dtype=float)
-    rng = numpy.random.default_rng(seed)
     found = []
 
     def split(low, high):
@@ -178,7 +202,14 @@ def change_points(values, alpha=ALPHA, seed=0):
         split(at, high)
 
     split(0, len(values))
-    found.sort()
+    return sorted(found)
+
+
+def change_points(values, alpha=ALPHA, seed=0):
+    """The changes in `values` (oldest first): split_points(), each with its size and interval."""
+    values = numpy.asarray(values, dtype=float)
+    rng = numpy.random.default_rng(seed)
+    found = split_points(values, alpha)
     changes = []
     edges = [0] + found + [len(values)]
     for index, at in enumerate(found):
@@ -189,12 +220,18 @@ def change_points(values, alpha=ALPHA, seed=0):
     return changes
 
 
-def spread(values, changes):
-    """The robust run-to-run spread within the regimes between the changes."""
+def deviations(values, changes):
+    """Each run's figure over the median of its regime (the runs between the changes): the
+    series' run-to-run noise."""
     values = numpy.asarray(values, dtype=float)
     edges = [0] + [c.at for c in changes] + [len(values)]
     parts = [values[a:b] / numpy.median(values[a:b]) for a, b in zip(edges, edges[1:]) if b > a]
-    relative = numpy.concatenate(parts)
+    return numpy.concatenate(parts) if parts else values
+
+
+def spread(values, changes):
+    """The robust run-to-run spread within the regimes between the changes."""
+    relative = deviations(values, changes)
     return float(1.4826 * numpy.median(numpy.abs(relative - 1))) if len(relative) > 1 else math.nan
 
 

@@ -283,12 +283,9 @@ def _main(argv=None):
 
 
 def _single_runs(report, args):
-    """Two runs of one window each: against the database's run-to-run spread with --db, else
-    said that it is unknown."""
-    if not args.db:
-        report["warnings"].append("one run each: differences under the run-to-run spread are "
-                                  "unknown here and cannot be told apart (give --db with earlier "
-                                  "runs of this command: docs/history.md)")
+    """Two runs of one window each: against the database's run-to-run spread with --db; else
+    as compare() left them, the ratios and what would let it judge."""
+    if not args.db:  # each op's verdict line says what would let it judge
         return report
     from commbench import results
     try:

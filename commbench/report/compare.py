@@ -1,5 +1,8 @@
 """`report.py compare`: two runs size by size, the ratio of their durations, the geometric
-mean at latency-bound (< 64 KiB) and bandwidth-bound (>= 1 MiB) sizes, and a verdict.
+mean at latency-bound (< 64 KiB) and bandwidth-bound (>= 1 MiB) sizes, and a verdict where the
+runs hold the evidence for one. Two runs of one window each get their ratios and no verdict,
+with what would let it judge (--repeat, or --db: report/history.py judges them against the
+database's run-to-run spread).
 
 When both runs timed their sizes in several windows (--repeat), each ratio gets a 95% interval
 from the windows (the unit of repetition): Welch's t-interval of the difference of the mean
@@ -31,17 +34,23 @@ def _percent(ratio):
     return f"{(ratio - 1) * 100:+.0f}%"
 
 
-def verdict(op, small, large, label_b):
-    """One sentence: where B is slower than A."""
-    def part(ratio, where):
-        if ratio is None:
-            return f"no {where} messages to compare"
-        if ratio > 1.02:
-            return f"adds {(ratio - 1) * 100:.0f}% at {where} messages"
-        if ratio < 0.98:
-            return f"is {(1 - ratio) * 100:.0f}% faster at {where} messages"
-        return f"adds nothing at {where} messages"
-    return f"{op}: {label_b} {part(small, 'small')}, {part(large, 'large')}."
+# What would let compare judge two runs that have one window each (their ratios carry no
+# uncertainty): said where a verdict would stand, so that it is read before the ratios.
+TO_JUDGE = ("one window a run cannot tell a change from the run-to-run noise; to judge, run both "
+            "with --repeat 5, or give --db URL with a database that holds earlier runs of this "
+            "command (docs/history.md)")
+
+
+def _ratio_at(ratio, where):
+    return f"B/A {ratio:.3f} at {where} messages" if ratio else f"no {where} messages to compare"
+
+
+def verdict(op, small, large):
+    """Two runs of one window each: the geometric mean ratios and no claim, with what would let
+    it judge. (Their ratios carry no uncertainty: one window of a shared machine can be off by
+    2x, and a sentence of "faster" or "slower" on them is read as a finding.)"""
+    return (f"{op}: {_ratio_at(small, 'small')}, {_ratio_at(large, 'large')} (geometric means); "
+            f"no verdict: {TO_JUDGE}.")
 
 
 def _log_moments(windows):
@@ -236,7 +245,7 @@ def compare(a, b, threshold, noise=0.05):
             ratio = y.duration / x.duration if x.duration > 0 else None
             row = {"size": size, "duration_a": x.duration, "duration_b": y.duration,
                    "ratio": ratio, "busbw_a": x.busbw, "busbw_b": y.busbw,
-                   "slower": ratio is not None and ratio > threshold}
+                   "above_threshold": ratio is not None and ratio > threshold}
             if ratio and size in windows_a and size in windows_b:
                 samples[len(rows)] = _significance(row, windows_a[size], windows_b[size], noise)
             rows.append(row)
@@ -245,7 +254,7 @@ def compare(a, b, threshold, noise=0.05):
         entry = {"op": op, "rows": rows, "small_ratio": small, "large_ratio": large,
                  "only_a": sorted(set(mine) - set(theirs)),
                  "only_b": sorted(set(theirs) - set(mine)),
-                 "verdict": verdict(op, small, large, "B" if difference else label_b)
+                 "verdict": verdict(op, small, large)
                  if rows else _one_sided(op, key_a, key_b, matched)}
         if difference:
             entry["difference"] = difference
@@ -312,7 +321,7 @@ def render(report, form):
         heads.insert(4, "95% interval of B/A")
 
     def mark(r):
-        return r.get("marked") if "ratio_ci" in r else (r["slower"] and not repeated)
+        return r.get("marked") if "ratio_ci" in r else (r["above_threshold"] and not repeated)
 
     def cells(r):
         row = [units.size(r["size"]), _us(r["duration_a"]), _us(r["duration_b"]),
@@ -340,5 +349,5 @@ def render(report, form):
         lines.append(f"(* the 95% interval of B/A excludes 1 and the change is beyond the "
                      f"{report['noise_threshold'] * 100:g}% noise threshold)")
     else:
-        lines.append(f"(* B/A above {report['threshold']:g})")
+        lines.append(f"(* B/A above {report['threshold']:g}: a ratio, not a verdict)")
     return "\n".join(lines)

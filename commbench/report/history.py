@@ -7,7 +7,7 @@ import os
 import sys
 
 from .. import units
-from ..db import history, store as stores
+from ..db import history, power, store as stores
 from .runs import ReportError
 
 
@@ -69,7 +69,8 @@ def verdict(series):
         return (f"no change claimed: {n} run{'s are' if n > 1 else ' is'} too few to judge one "
                 f"(it takes {2 * history.MIN_SEGMENT}); {spread}")
     if not series.changes:
-        return f"no change over {n} runs ({spread}; Pettitt p >= {history.ALPHA})"
+        return (f"no change over {n} runs ({spread}; Pettitt p >= {history.ALPHA}); "
+                + missable(power.of_series(series), n))
     parts = []
     for change in series.changes:
         worse = change.ratio > 1 if series.metric == "latency" else change.ratio < 1
@@ -78,6 +79,29 @@ def verdict(series):
                      f"[{change.low - 1:+.1%}, {change.high - 1:+.1%}] "
                      f"({'worse' if worse else 'better'}; Pettitt p={change.p:.1g})")
     return "; ".join(parts) + f"; {spread}"
+
+
+def _percent(change):
+    return f"{change:+.0%}" if abs(change) >= 0.1 else f"{change:+.1%}"
+
+
+def missable(modelled, runs, whose="this series'", by=""):
+    """What a "no change" of `runs` runs could have missed, in words: power.of_series()'s
+    ((drop, rise), runs drawn)."""
+    figures, drawn = modelled
+    if figures is None:
+        return f"{runs} runs are too few to say what change they would show"
+    length = f"{drawn} runs" + (f" (the model draws at most {drawn}; {runs} here)"
+                                if drawn < runs else "")
+    how = (f"halfway through {length} is found{by} within {power.TOLERANCE} runs of it in "
+           f"{power.FOUND:.0%} of series with {whose} run-to-run deviations")
+    drop, rise = figures
+    if drop is None or rise is None:
+        return (f"a change of any size up to {_percent(1 / power.LARGEST - 1)} or "
+                f"{_percent(power.LARGEST - 1)} could have been missed at this spread: not even "
+                f"{'a drop' if drop is None else 'a rise'} that large {how}")
+    return (f"a change smaller than {_percent(-drop)} or {_percent(rise)} could have been missed "
+            f"at this spread: a step of that size {how}")
 
 
 def render(series_list, last):
@@ -107,8 +131,18 @@ def as_json(series_list):
         "metric": s.metric, "sizes": list(s.sizes), "runs": s.runs, "started": s.started,
         "values": s.values, "spread": s.spread,
         "changes": [{"run": s.runs[c.at], "index": c.at, "ratio": c.ratio, "low": c.low,
-                     "high": c.high, "p": c.p} for c in s.changes]} for s in series_list],
-        indent=1)
+                     "high": c.high, "p": c.p} for c in s.changes],
+        **({} if s.changes or len(s.values) < 2 * history.MIN_SEGMENT else
+           {"smallest_found": found_as_data(power.of_series(s))})}
+        for s in series_list], indent=1)
+
+
+def found_as_data(modelled):
+    """power.of_series()'s ((drop, rise), runs drawn) as the JSON forms give it."""
+    figures, drawn = modelled
+    drop, rise = figures if figures else (None, None)
+    return {"drop": drop, "rise": rise, "runs": drawn, "within_runs": power.TOLERANCE,
+            "share": power.FOUND, "series": power.SERIES}
 
 
 def plot(series_list, path):
@@ -155,14 +189,16 @@ def show(args):
 # --------------------------------------------------------------------------- compare --db
 
 def run_to_run(where, meta):
-    """{(op, band): (runs, half)} from the database's runs of the configuration `meta` (a
+    """{(op, band): (runs, half, smallest found)} from the database's runs of the configuration `meta` (a
     results file's meta record) describes: what two processes of one command differ by, the
     half-width (in log) of the 95% prediction interval of log(a / b) for two new runs, t(df) x s
     x sqrt 2, where s is the standard deviation of the runs' log band figures about their
     regime's mean (the regimes between changes; df = runs - regimes). The plain standard
     deviation, not a robust one: the runs of one command are heavy-tailed (oneCCL here: 32 to
     139 us at small messages over ten runs, a robust spread of 18%), and the tails are what
-    a single pair of runs meets; a robust spread called 4 of those ten pairs a change."""
+    a single pair of runs meets; a robust spread called 4 of those ten pairs a change. The
+    smallest found: power.smallest_found() of that series, what history over those runs would
+    find within 2 runs in 95% of series (said where the pair shows no difference)."""
     from ..numbers import t975
     store = _open(where)
     try:
@@ -188,8 +224,9 @@ def run_to_run(where, meta):
             continue
         half = t975(df) * math.sqrt(squares / df) * math.sqrt(2)
         if (op, band) not in spreads or spreads[(op, band)][0] < len(series.values):
-            spreads[(op, band)] = (len(series.values), half)
-    return spreads
+            spreads[(op, band)] = (len(series.values), half, series)
+    return {key: (runs, half, power.of_series(series))
+            for key, (runs, half, series) in spreads.items()}
 
 
 def _band_part(group_ratio, noise, where):
@@ -198,13 +235,14 @@ def _band_part(group_ratio, noise, where):
     if noise is None:
         return (f"{group_ratio - 1:+.0%} at {where} messages, run-to-run spread unknown (no "
                 f"earlier runs of this configuration in the database)")
-    runs, half = noise
+    runs, half, smallest = noise
     low, high = group_ratio * math.exp(-half), group_ratio * math.exp(half)
     figures = (f"{group_ratio - 1:+.0%} [{low - 1:+.0%}, {high - 1:+.0%}], against the spread "
                f"of {runs} runs in the database: two runs of it differ by up to "
                f"{math.exp(half):.2f}x (95%)")
     if low <= 1 <= high:
-        return f"no difference beyond the run-to-run noise at {where} messages ({figures})"
+        return (f"no difference beyond the run-to-run noise at {where} messages ({figures}): "
+                + missable(smallest, runs, "the database's runs'", " by report.py history"))
     return f"{'slower' if group_ratio > 1 else 'faster'} at {where} messages: {figures}"
 
 
@@ -216,7 +254,10 @@ def with_run_to_run(report, spreads):
             continue
         op = entry["op"].split()[0]
         small, large = spreads.get((op, "small")), spreads.get((op, "large"))
-        entry["run_to_run"] = {"small": small, "large": large}
+        entry["run_to_run"] = {band: noise and {
+            "runs": noise[0], "log_half_width": noise[1],
+            "smallest_found": found_as_data(noise[2])}
+            for band, noise in (("small", small), ("large", large))}
         entry["verdict"] = (f"{entry['op']}: {report['b']}: "
                             f"{_band_part(entry['small_ratio'], small, 'small')}; "
                             f"{_band_part(entry['large_ratio'], large, 'large')}.")

@@ -139,6 +139,7 @@ def analyse(meta, records, curves, w):
     return {"model": meta["model"], "world_size": meta["world_size"],
             "hostnames": meta.get("hostnames"), "steps": records[0].get("steps"),
             "rows": rows, "baseline": base and base["strategy"],
+            "picked_by": "tokens_per_s", "recommended": best_row(rows)["strategy"] if rows else None,
             "recommendation": recommend(rows, base)}
 
 
@@ -173,22 +174,39 @@ def _pct(ratio):
     return f"{(ratio - 1) * 100:+.0f}%"
 
 
+def best_row(rows):
+    """The strategy recommended: the most tokens/s. Not the shortest step: a step of TP or PP
+    trains the samples of one data-parallel replica, a step of DDP or ZeRO those of every rank,
+    so a shorter step can train fewer tokens a second."""
+    return max(rows, key=lambda r: r["tokens_per_s"]) if rows else None
+
+
+def _tokens_per_step(row):
+    return row["tokens_per_s"] * row["step_s"]
+
+
 def recommend(rows, base):
-    """From the measured figures: the highest throughput (tokens/s: a step of a data-parallel
-    strategy trains n times the samples of a step of TP or PP on the same ranks), its gain and
-    cost against DDP, and when each leaner strategy is the choice."""
+    """From the measured figures: the highest throughput (tokens/s, the figure it picks by), its
+    gain and cost against DDP, the shortest step where another strategy has it (and the tokens
+    it trains), and when each leaner strategy is the choice."""
     if not rows:
         return "Nothing was measured."
-    best = max(rows, key=lambda r: r["tokens_per_s"])
-    text = (f"{best['plan']} trains fastest: {best['tokens_per_s']:.0f} tokens/s (a step of "
-            f"{units.duration(best['step_s'])}), {units.size(best['memory_compared_bytes'])} of "
-            f"memory per rank{_what(best)}")
+    best = best_row(rows)
+    text = (f"{best['plan']} trains fastest by tokens/s, the figure it is picked by (in bold in "
+            f"the table; not step time: strategies train different numbers of tokens a step): "
+            f"{best['tokens_per_s']:.0f} tokens/s (a step of {units.duration(best['step_s'])}), "
+            f"{units.size(best['memory_compared_bytes'])} of memory per rank{_what(best)}")
     if base is not None and best is not base and base["bytes"]:
         text += (f"; against DDP {_pct(best['tokens_per_s'] / base['tokens_per_s'])} tokens/s, "
                  f"{_pct(best['memory_compared_bytes'] / base['memory_compared_bytes'])} memory, "
                  f"{_pct(best['bytes'] / base['bytes'])} traffic")
     elif base is best:
         text += "; the baseline is the choice"
+    shortest = min(rows, key=lambda r: r["step_s"])
+    if shortest is not best and shortest["step_s"] < best["step_s"]:
+        text += (f"; {shortest['plan']} has the shortest step ({units.duration(shortest['step_s'])})"
+                 f" but trains {_tokens_per_step(shortest):.0f} tokens a step to {best['plan']}'s "
+                 f"{_tokens_per_step(best):.0f}: {shortest['tokens_per_s']:.0f} tokens/s")
     # the trade-offs worth making: each strategy leaner than every faster one
     floor = best
     for row in sorted(rows, key=lambda r: -r["tokens_per_s"]):
@@ -216,6 +234,11 @@ def _cell(value, scale=1.0, digits=1):
     return "-" if value is None else f"{value * scale:.{digits}f}"
 
 
+def _tokens(row, analysis):
+    figure = f"{row['tokens_per_s']:.0f}"
+    return f"**{figure}**" if row["strategy"] == analysis.get("recommended") else figure
+
+
 def _r(value):
     return "-" if value is None or math.isnan(value) else f"{value:.2f}"
 
@@ -229,14 +252,14 @@ def render(analysis, form):
              f"{model['micro_batches']} micro-batches of {model['micro_batch']}, {model['dtype']}) "
              f"on {analysis['world_size']} ranks, median of {analysis['steps']} steps", "",
              "### Measured against estimated", "",
-             "| strategy | step time (ms) | est. | ratio | comm bytes per step (MiB) | est. | ratio "
+             "| strategy | step time (ms) | est. | ratio | tokens/s | comm bytes per step (MiB) | est. | ratio "
              "| comm time per step (ms) | est. | ratio | exposed comm (ms) | peak memory per rank "
              "(MiB) | above start (MiB) | est. model states (MiB) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in analysis["rows"]:
         lines.append(
             f"| {row['plan']} | {_cell(row['step_s'], 1e3)} | {_cell(row['estimated_step_s'], 1e3)} "
-            f"| {_r(row['step_ratio'])} | {_cell(row['bytes'], 2 ** -20, 3)} "
+            f"| {_r(row['step_ratio'])} | {_tokens(row, analysis)} | {_cell(row['bytes'], 2 ** -20, 3)} "
             f"| {_cell(row['estimated_bytes'], 2 ** -20, 3)} | {_r(row['bytes_ratio'])} "
             f"| {_cell(row['comm_s'], 1e3)} | {_cell(row['estimated_comm_s'], 1e3)}"
             f"{' (extrapolated)' if row['extrapolated'] else ''} | {_r(row['comm_ratio'])} "
@@ -244,7 +267,8 @@ def render(analysis, form):
             f"| {_cell(row['memory_above_start_bytes'], 2 ** -20, 0)} "
             f"| {_cell(row['estimated_states_bytes'], 2 ** -20, 1)} |")
     lines += ["", "Estimated step = the strategy's measured compute + the estimated communication, "
-              "none of it hidden. Peak memory is each rank's high-water mark over the measured "
+              "none of it hidden. Tokens/s (the recommendation's figure, its best in bold) = the "
+              "tokens a step trains / the step time. Peak memory is each rank's high-water mark over the measured "
               "steps (resident memory on CPU: the process, activations and buffers as well as the "
               "model states the estimate counts); above start, that peak less what the rank held "
               "before the strategy was set up (the largest over ranks).", ""]
