@@ -256,7 +256,7 @@ def _spikes(trials, bounds, spiked, steady, times):
 
 
 # ---- a period in time -------------------------------------------------------------------
-SHUFFLES = 199  # the null's draws: a p-value of 0.01 is at most 1 draw of 199 above the data
+SHUFFLES = 99  # the null's draws: a p-value of 0.01 is no draw of 99 at or above the data
 FALSE_ALARM = 0.01
 LOWEST = 0.01  # s: the shortest period tried (and at least 2 trials' time)
 
@@ -272,25 +272,28 @@ class Period:
 
 
 def events_of(spike_ends):
-    """Spike trials -> events: [(size key, trial, end time)] sorted, a run of consecutive
-    trials of one size kept as its first."""
+    """Spike trials -> events: [(size key, trial, end time, excess s)] -> [(time, weight)]
+    sorted, a run of consecutive trials of one size one event (the first's time, the run's
+    excess over the steady median its weight)."""
     out, previous = [], None
-    for key, trial, end in sorted(spike_ends):
+    for key, trial, end, excess in sorted(spike_ends):
         if previous is not None and previous[0] == key and previous[1] == trial - 1:
-            previous = (key, trial)
-            continue
-        out.append(end)
+            out[-1] = (out[-1][0], out[-1][1] + excess)
+        else:
+            out.append((end, excess))
         previous = (key, trial)
     return out
 
 
 def period_in_time(events, samples, trial_time, seed=0):
-    """The period of spike events in seconds (a Period), or (None, why). events: their times;
-    samples: every trial's end time (where a spike could have been); trial_time: the median
-    trial (no period under 2 of them). The test: the largest Rayleigh power of the events'
-    phases over periods from max(LOWEST, 2 trials) to a third of the span, held against the
-    same largest power of as many trials drawn at random from `samples`, SHUFFLES times
-    (seeded: the same file gives the same answer); a period only when p <= FALSE_ALARM."""
+    """The period of spike events in seconds (a Period), or (None, why). events: [(time,
+    weight)] (events_of; a bare time weighs 1); samples: every trial's end time (where a spike
+    could have been); trial_time: the median trial (no period under 2 of them). The test: the
+    largest Rayleigh power of the events' phases, each weighted by its excess (a 50 ms stall
+    counts for more than a 3 ms blip), over periods from max(LOWEST, 2 trials) to a third of
+    the span, held against the same largest power of the same weights on as many trials drawn
+    at random from `samples`, SHUFFLES times (seeded: the same file gives the same answer); a
+    period only when p <= FALSE_ALARM."""
     try:
         import numpy
     except ImportError:
@@ -307,29 +310,40 @@ def period_in_time(events, samples, trial_time, seed=0):
     if len(grid) > 20000:  # a long run of short trials: the grid's cost bounded
         grid = numpy.linspace(1 / high, 1 / low, 20000)
 
+    events = [e if isinstance(e, tuple) else (e, 1.0) for e in events]
+    weights = numpy.asarray([w for _, w in events], dtype=float)
+    weights = weights / weights.sum() if weights.sum() > 0 else numpy.ones(len(events))
+    scale = 1 / (weights ** 2).sum()
+
     def powers(t):
         t = numpy.asarray(t, dtype=float) - times[0]
         phase = 2 * math.pi * numpy.outer(grid, t)
-        return (numpy.cos(phase).sum(1) ** 2 + numpy.sin(phase).sum(1) ** 2) / len(t)
-    seen = powers(events)
+        return ((numpy.cos(phase) @ weights) ** 2 + (numpy.sin(phase) @ weights) ** 2) * scale
+    seen = powers([t for t, _ in events])
     best = int(seen.argmax())
     rng = random.Random(seed)
-    above = sum(1 for _ in range(SHUFFLES)
-                if powers(rng.sample(list(times), len(events))).max() >= seen[best])
+    null = [powers(rng.sample(list(times), len(events))).max() for _ in range(SHUFFLES)]
+    above = sum(1 for power in null if power >= seen[best])
     p = (1 + above) / (1 + SHUFFLES)
     if p > FALSE_ALARM:
         return None, f"none found (p={p:.2f}, over {SHUFFLES} shuffles)"
-    f = grid[best]
-    for n in range(8, 1, -1):  # the fundamental: the longest period as strong as the peak
-        if f / n < 1 / high:
+    # The fundamental: a stall's start and end both make spikes, so a harmonic can outweigh
+    # it. Each f/n (n = 8 .. 2) is tested at its own frequency, not searched for: its power is
+    # beyond chance when above -ln(FALSE_ALARM / 7) (a Rayleigh power is exponential under the
+    # null; 7 of them tried); the longest such period, the grid's local peak near it.
+    f, bar = grid[best], -math.log(FALSE_ALARM / 7)
+    for n in range(8, 1, -1):
+        if grid[best] / n < grid[0]:
             continue
-        k = int(numpy.abs(grid - f / n).argmin())
-        if seen[k] >= 0.75 * seen[best]:
+        k = int(numpy.abs(grid - grid[best] / n).argmin())
+        near = slice(max(0, k - 3), k + 4)
+        k = near.start + int(seen[near].argmax())
+        if seen[k] > bar:
             f = grid[k]
             break
     period = 1 / f
-    phases = [((e - times[0]) / period) % 1 for e in events]
+    phases = [((e - times[0]) / period) % 1 for e, _ in events]
     centre = math.atan2(sum(math.sin(2 * math.pi * x) for x in phases),
                         sum(math.cos(2 * math.pi * x) for x in phases)) / (2 * math.pi) % 1
     near = sum(1 for x in phases if min(abs(x - centre), 1 - abs(x - centre)) <= 0.1)
-    return Period(period, len(events), near, p, low, high), None
+    return Period(float(period), len(events), near, p, float(low), float(high)), None

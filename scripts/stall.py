@@ -50,14 +50,15 @@ def rank_of(pid):
 
 
 def find_rank(root, rank, within):
-    """The pid of the process with RANK=rank under root, the deepest one (a launcher's wrapper
-    may carry the variable too); None after `within` seconds."""
+    """The pid of the process with RANK=rank at or under root, the deepest one (a launcher's
+    wrapper may carry the variable too; a chain of execs keeps root's pid); None after
+    `within` seconds."""
     end = time.monotonic() + within
     while time.monotonic() < end:
-        found = [pid for pid in descendants(root) if rank_of(pid) == rank]
+        found = [pid for pid in [root] + descendants(root) if rank_of(pid) == rank]
         if found:
             time.sleep(0.2)  # a wrapper execs or forks the rank itself: take the last one
-            found = [pid for pid in descendants(root) if rank_of(pid) == rank] or found
+            found = [pid for pid in [root] + descendants(root) if rank_of(pid) == rank] or found
             return found[-1]
         time.sleep(0.05)
     return None

@@ -3,7 +3,8 @@
 # Debian's Open MPI (mpirun.openmpi, outside the venv so it never shadows MPICH's mpirun),
 # pdsh (deepspeed --hostfile's launcher), a one-node Slurm cluster, Debian's Chromium
 # (report.py html's pages opened in a real browser) and Debian's PostgreSQL (tests/test_db.py
-# starts a server of its own from it, on a free port, as the postgres user). Needs root;
+# starts a server of its own from it, on a free port, as the postgres user), libfaketime (hosts
+# whose clocks disagree, tests/test_trials.py). Needs root;
 # without it, says what the tests will skip.
 #   scripts/test-services.sh up     install what is missing, start Slurm
 #   scripts/test-services.sh down   stop the Slurm daemons that `up` started
@@ -36,6 +37,12 @@ up)
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq && apt-get install -y -qq --no-install-recommends postgresql >/dev/null \
             || echo "test-services: could not install postgresql" >&2
+    fi
+    if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
+        # tests/test_trials.py: simulated hosts whose clocks disagree (libfaketime)
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq && apt-get install -y -qq --no-install-recommends faketime >/dev/null \
+            || echo "test-services: could not install faketime" >&2
     fi
     if [ -f /etc/slurm/slurm.conf ] && ! grep -q '^ClusterName=commbench$' /etc/slurm/slurm.conf; then
         echo "test-services: a Slurm configuration of this host's own exists; using it as it is" >&2

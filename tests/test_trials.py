@@ -16,8 +16,8 @@ import pytest
 
 from commbench import results, trials as encoding, whereabouts
 from commbench.report import cli as report_cli, trials
-from support import (ROOT, assert_no_traceback, base_env, free_port, launch, launcher_command,
-                     rank_env, require_launcher)
+from support import (ROOT, SIM_HOSTS, assert_no_traceback, base_env, free_port, launch,
+                     launcher_command, rank_env, require_launcher)
 
 
 def _timing(durations, arrivals, in_call=None, start=1000.0):
@@ -411,3 +411,150 @@ def stop_rank_2_mid_training(tmp_path, backend):
     failures = [r for r in written if r.get("type") == "failure"]
     assert len(failures) == 1 and failures[0]["strategy"] == "ddp", written[-2:]
     assert "rank 2 on host" in failures[0]["message"]
+
+
+# ---- real stalls from outside (scripts/stall.py: SIGSTOP/SIGCONT on the clock) --------------
+
+def _stall_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("stall", ROOT / "scripts" / "stall.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _stalled_torchrun(tmp_path, nproc, rank, stop_ms, every_ms, *args, name="run"):
+    """all_reduce.py --per-trial under torchrun, `rank` stopped stop_ms of every every_ms from
+    outside for the whole run: the analysed sizes and report.py trials' text."""
+    out = tmp_path / f"{name}.jsonl"
+    port = free_port()
+    command = [sys.executable, str(ROOT / "scripts" / "stall.py"), "--rank", str(rank),
+               "--stop-ms", str(stop_ms), "--every-ms", str(every_ms), "--",
+               str(Path(sys.executable).parent / "torchrun"), f"--nproc_per_node={nproc}",
+               f"--master_port={port}", "all_reduce.py", "--dist=torch", "--backend=gloo",
+               "--scan", "--per-trial", f"--output={out}", *args]
+    result = subprocess.run(command, cwd=ROOT, env=base_env(), capture_output=True, text=True,
+                            timeout=300, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "stops of" in result.stderr, result.stderr[-2000:]
+    shown = subprocess.run([sys.executable, "report.py", "trials", str(out)], cwd=ROOT,
+                           env=base_env(), capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    return trials.analyse(str(out)), shown.stdout
+
+
+def _named(sizes):
+    """{rank: sizes that name it the straggler}"""
+    out = {}
+    for s in sizes:
+        if s["straggler"] is not None:
+            out[s["straggler"]] = out.get(s["straggler"], 0) + 1
+    return out
+
+
+def _period_of(text):
+    line = text.strip().splitlines()[-1]
+    assert line.startswith("period in time  "), text
+    if "none" in line.split(":")[0]:
+        return None
+    return float(line.split("every ")[1].split(" ms")[0]) / 1e3
+
+
+@pytest.mark.serial
+def test_a_rank_stopped_50_ms_of_every_150_is_named_and_its_period_found(tmp_path):
+    """3 ranks on one host, rank 2 SIGSTOPped 50 ms of every 150 from outside: named in at least
+    9 of the 11 sizes, no other rank in more than one; arrivals on the one clock (error 0); the
+    spikes' period in time 150 ms (or a harmonic the stall's start and end make: 75, 50 ms)."""
+    sizes, text = _stalled_torchrun(tmp_path, 3, 2, 50, 150, "--maxsize=12", "--trials=60")
+    named = _named(sizes)
+    assert len(sizes) == 11 and named.get(2, 0) >= 9, (named, text)
+    assert all(count <= 1 for rank, count in named.items() if rank != 2), (named, text)
+    assert all(s["clock"] == "shared" and s["clock_error_s"] == 0 for s in sizes)
+    period = _period_of(text)
+    assert period is not None and any(abs(period - 0.15 / n) < 0.05 * 0.15 / n
+                                      for n in (1, 2, 3)), text
+
+
+@pytest.mark.serial
+def test_a_rank_stopped_40_ms_of_every_100_of_two_is_named(tmp_path):
+    """2 ranks, rank 1 stopped 40 ms of every 100: rank 1 named in most sizes, rank 0 in at
+    most one; a period in time of about 100 ms (or half of it)."""
+    sizes, text = _stalled_torchrun(tmp_path, 2, 1, 40, 100, "--maxsize=14", "--trials=100")
+    named = _named(sizes)
+    assert named.get(1, 0) >= 0.7 * len(sizes) and named.get(0, 0) <= 1, (named, text)
+    period = _period_of(text)
+    assert period is not None and any(abs(period - 0.1 / n) < 0.05 * 0.1 / n for n in (1, 2)), \
+        text
+
+
+@pytest.mark.serial
+def test_quiet_runs_name_a_straggler_in_at_most_one_size(tmp_path):
+    """10 quiet runs, 3 ranks, nothing stopped: each names a straggler in at most one size."""
+    counts = []
+    for k in range(10):
+        out = tmp_path / f"quiet{k}.jsonl"
+        result = launch("all_reduce.py", "--dist=torch", "--scan", "--maxsize=12", "--trials=60",
+                        "--per-trial", f"--output={out}", nproc=3)
+        assert result.returncode == 0, result.stderr
+        counts.append(sum(_named(trials.analyse(str(out))).values()))
+    assert max(counts) <= 1, counts
+
+
+FAKETIME = next(iter(Path("/usr/lib").glob("*/faketime/libfaketime.so.1")), None)
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("shifted", [False, True], ids=["one-clock", "clocks-shifted"])
+def test_a_stopped_host_among_four_is_named(hosts, tmp_path, shifted):
+    """4 simulated hosts, one rank each, host 4's rank stopped 50 ms of every 150: a stall lands
+    inside a collective nearly always there, so the time not run names it: rank 3 on host 4
+    named in most sizes, no other host in more than one. The hosts share this machine's clock;
+    shifted, the other three read clocks libfaketime moves by +37 ms, -120 ms and +5 ms (and its
+    CLOCK_MONOTONIC by the system's uptime too): the offsets are really measured, each size's
+    bound under 1 ms, and host 2's offset to host 3's 157 ms apart."""
+    if shifted and FAKETIME is None:
+        pytest.skip("Debian's faketime is not installed (scripts/test-services.sh up)")
+    name, subnet = hosts(4)
+    port, env = free_port(), base_env()
+    shifts = ["", "+0.037", "-0.120", "+0.005"]
+    out = tmp_path / "hosts.jsonl"
+    procs = []
+    for node in range(4):
+        faked = [f"LD_PRELOAD={FAKETIME}", f"FAKETIME={shifts[node]}"] if shifted and node else []
+        procs.append(subprocess.Popen(
+            [str(SIM_HOSTS), "run", name, str(node + 1), "env", f"PATH={env['PATH']}", *faked,
+             f"RANK={node}", "LOCAL_RANK=0", "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=1",
+             f"MASTER_ADDR={subnet}.1", f"MASTER_PORT={port}", "OMP_NUM_THREADS=1",
+             sys.executable, "all_reduce.py", "--dist=torch", "--backend=gloo", "--scan",
+             "--maxsize=10", "--trials=60", "--per-trial", f"--output={out}"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.DEVNULL))
+    stall = _stall_module()
+    import threading
+    try:
+        pid = stall.find_rank(procs[3].pid, 3, 60)
+        assert pid is not None
+        stopper = threading.Thread(target=stall.stall, daemon=True, args=(
+            pid, 0.05, 0.15, lambda: procs[3].poll() is None))
+        stopper.start()
+        outputs = [proc.communicate(timeout=240) for proc in procs]
+        stopper.join(timeout=5)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert [proc.returncode for proc in procs] == [0] * 4, [err[-1500:] for _, err in outputs]
+    sizes = trials.analyse(str(out))
+    named = _named(sizes)
+    assert named.get(3, 0) >= 0.6 * len(sizes), (named, [s["how"] for s in sizes])
+    assert all(count <= 1 for rank, count in named.items() if rank != 3), named
+    assert all(s["hosts"][3] == f"{name}4" for s in sizes)
+    assert all(s["clock"] == "measured" and 0 < s["clock_error_s"] < 1e-3 for s in sizes), \
+        [s["clock_error_s"] for s in sizes]
+    record = next(r for r in results.read_all(str(out))[1] if "per_trial" in r)
+    offsets = record["per_trial"]["host_offset_s"]
+    if shifted:
+        assert offsets[f"{name}2"] - offsets[f"{name}3"] == pytest.approx(0.157, abs=1e-3), offsets
+    else:
+        assert all(abs(o) < 1e-3 for o in offsets.values()), offsets

@@ -165,6 +165,8 @@ def analyse(path, factor=2.0):
             "witnesses": {w.name: (None if w.named is None else ranks[w.named], w.share)
                           for w in (verdict.clock, verdict.call, verdict.stopped)
                           if w is not None},
+            "chances": {w.name: w.chance for w in (verdict.clock, verdict.call, verdict.stopped)
+                        if w is not None},
             "spike_kinds": {i: (kind, [ranks[r] for r in who] if kind == "inside" else ranks[who],
                                 seconds) for i, (kind, who, seconds) in verdict.spikes.items()},
             "trial_ends": trial_ends,
@@ -181,7 +183,8 @@ def run_period(sizes):
     spiked, samples = [], []
     for key, s in enumerate(usable):
         samples += s["trial_ends"]
-        spiked += [(key, i, s["trial_ends"][i - 1]) for i in s["spikes"]]
+        spiked += [(key, i, s["trial_ends"][i - 1], s["times"][i - 1] - s["steady_s"])
+                   for i in s["spikes"]]
     trial = statistics.median(t for s in usable for t in s["times"])
     return lateness.period_in_time(lateness.events_of(spiked), samples, trial)
 
@@ -211,20 +214,33 @@ def _why_none(s):
         share = s["witnesses"]["clock"][1]
         parts.append(f"by the clocks, rank {top['rank']} caused most of the waiting, "
                      f"{units.duration(top['total_late_s'])}, {share:.0%} of the trials' time: "
-                     f"under the {MATERIAL:.0%} that names one")
+                     + _short_of(share, s["chances"]["clock"]))
     if s["by_call"] is not None:
         lead = s["by_call"][0]
         share = s["witnesses"]["call time"][1]
         parts.append(f"by the call times, rank {lead['rank']} caused "
-                     f"{units.duration(lead['caused_s'])}, {share:.0%}" if lead["caused_s"] > 0
+                     f"{units.duration(lead['caused_s'])}, {share:.0%}"
+                     + _chance_words(s["chances"]["call time"]) if lead["caused_s"] > 0
                      else "by the call times, no rank was waited for")
     if s["by_stopped"] is not None:
         lead = s["by_stopped"][0]
         share = s["witnesses"]["not run"][1]
         parts.append(f"by the time not run, rank {lead['rank']} {units.duration(lead['caused_s'])}"
-                     f", {share:.0%}" if lead["caused_s"] > 0 else
-                     "by the time not run, every rank ran")
+                     f", {share:.0%}" + _chance_words(s["chances"]["not run"])
+                     if lead["caused_s"] > 0 else "by the time not run, every rank ran")
     return "; ".join(parts)
+
+
+def _short_of(share, chance):
+    if share < MATERIAL:
+        return f"under the {MATERIAL:.0%} that names one"
+    if chance is not None and chance > lateness.CHANCE:
+        return f"so much on one rank could be chance (p={chance:.2f})"
+    return "but not more than half of the waiting"
+
+
+def _chance_words(chance):
+    return "" if chance is None or chance <= lateness.CHANCE else f" (chance: p={chance:.2f})"
 
 
 def _clock_words(s):
