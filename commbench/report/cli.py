@@ -28,7 +28,7 @@ from commbench.report.compare import compare, render
 from commbench.report.kinds import kind_of, load_run, records_of
 from commbench.report.layouts import layouts, render_layouts
 from commbench.report.plot import plot
-from commbench.report.runs import ReportError
+from commbench.report.runs import ReportError, ReportUsageError
 from commbench.table import output_failure
 
 PROG = "report.py"
@@ -278,7 +278,7 @@ def _main(argv=None):
         RUNS[args.command](args)
     except (ReportError, strategy.StrategyError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(error, ReportUsageError) else 1
     return 0
 
 
