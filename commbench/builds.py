@@ -259,6 +259,9 @@ def finish(building, since, rank):
         except OSError:
             continue
     for when, name in sorted(built):  # in the order they were built, each from the last
+        if when < since - 1:  # its library is older than the start: ninja found it current
+            _say(f"DeepSpeed's {name} op needed no build after all: loaded as it was")
+            continue
         _say(f"built DeepSpeed's {name} op in {max(0.0, when - since):.0f} s; later runs of "
              "this venv load it")
         since = when
