@@ -12,6 +12,7 @@ one that a live build holds is waited for, with one note, and the wait counts ag
 whose message then names the lock."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -139,11 +140,14 @@ def stale(directory):
 
 
 def built(directory, name):
-    """Whether torch will load op `name` without building it: its library there and ninja, asked
-    for a dry run in the build directory, with no work to do (a build a rank's deadline
-    interrupted leaves the library but not what ninja needs, and ninja rebuilds the objects:
-    minutes on a loaded host)."""
+    """Whether torch will load op `name` without building it: its library there, its build file
+    written for this venv (ninja rebuilds everything for another's), and ninja, asked for a dry
+    run in the build directory, with no work to do (a build a rank's deadline interrupted leaves
+    the library but not what ninja needs, and ninja rebuilds the objects: minutes on a loaded
+    host)."""
     if not os.path.exists(os.path.join(directory, f"{name}.so")):
+        return False
+    if built_elsewhere(directory):
         return False
     ninja = shutil.which("ninja")
     if ninja is None or not os.path.exists(os.path.join(directory, "build.ninja")):
@@ -154,6 +158,37 @@ def built(directory, name):
     except (OSError, subprocess.SubprocessError):
         return True
     return dry.returncode != 0 or "no work to do" in dry.stdout
+
+
+def _this_venvs_paths():
+    """The paths torch writes into an op's build file here: Python's headers, torch's, and
+    DeepSpeed's sources (as torch and DeepSpeed spell them: absolute, links kept). Found
+    without importing either."""
+    import importlib.util
+    import sysconfig
+    paths = [sysconfig.get_paths()["include"]]
+    for package, inside in (("torch", "include"), ("deepspeed", "ops")):
+        spec = importlib.util.find_spec(package)
+        if spec is not None and spec.origin:
+            paths.append(os.path.join(os.path.dirname(os.path.abspath(spec.origin)), inside))
+    return paths
+
+
+def built_elsewhere(directory):
+    """Where the build in `directory` was made, when not for this venv (another venv's torch,
+    DeepSpeed or Python: torch then writes a new build file and ninja rebuilds the op, about a
+    minute); None for a build of this venv's or none at all."""
+    try:
+        with open(os.path.join(directory, "build.ninja"), encoding="utf-8") as file:
+            text = file.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+    found = re.search(r"-isystem (\S+)/torch/include\s", text)
+    if found is None or all(path in text for path in _this_venvs_paths()):
+        return None  # not torch's build file, or this venv's
+    where = found.group(1)
+    prefix = re.match(r"(.+)/lib/python[^/]+/site-packages$", where)
+    return prefix.group(1) if prefix else where
 
 
 def prepare(backend, timeout, local_rank, rank):
@@ -199,9 +234,16 @@ def prepare(backend, timeout, local_rank, rank):
         if not built(directory, name):
             building.append(name)
     if building and rank == 0:
-        _say(f"building DeepSpeed's {' and '.join(building)} op{'s' if len(building) > 1 else ''} "
-             f"(once: about half a minute each on 2 cores; later runs load "
-             f"{os.path.dirname(build_directory(building[0]))}/...)")
+        ops = f"{' and '.join(building)} op{'s' if len(building) > 1 else ''}"
+        root = os.path.dirname(build_directory(building[0]))
+        elsewhere = built_elsewhere(build_directory(building[0]))
+        if elsewhere:
+            _say(f"building DeepSpeed's {ops} again ({root} holds a build made by another venv, "
+                 f"{elsewhere}, which torch rebuilds for this one: about a minute on 2 cores, "
+                 "before the process group starts)")
+        else:
+            _say(f"building DeepSpeed's {ops} (once per venv, into {root}: about a minute on 2 "
+                 "cores, before the process group starts)")
     return time.monotonic() - started, building, time.time()
 
 
@@ -217,5 +259,9 @@ def finish(building, since, rank):
         except OSError:
             continue
     for when, name in sorted(built):  # in the order they were built, each from the last
-        _say(f"built DeepSpeed's {name} op in {max(0.0, when - since):.0f} s")
+        if when < since - 1:  # its library is older than the start: ninja found it current
+            _say(f"DeepSpeed's {name} op needed no build after all: loaded as it was")
+            continue
+        _say(f"built DeepSpeed's {name} op in {max(0.0, when - since):.0f} s; later runs of "
+             "this venv load it")
         since = when

@@ -4,6 +4,7 @@ A bad flag is a UsageError (exit 2, one line), never argparse's own exit.
 """
 
 import argparse
+import importlib.util
 import os
 import sys
 
@@ -14,6 +15,7 @@ from . import groups as grouping, precision
 from .dtypes import dtype_list
 from .errors import PROG, UsageError
 from .flags import Parser, prog
+from .launch import discover_launch_env
 from .numbers import byte_count, float_in, int_at_least, percentage
 from .settings import settle
 
@@ -24,6 +26,7 @@ class _Parser(Parser):
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extra = super().parse_known_args(args, namespace)
+        settle_layer(namespace)
         settle(namespace, self.error)
         return namespace, extra
 
@@ -110,10 +113,33 @@ def add_rank_flags(parser, dist_help):
                         help="set by launchers; default: from the launcher's environment")
     parser.add_argument("--backend", choices=defaults.BACKENDS, default=defaults.DEFAULT_BACKEND,
                         help="communication backend (default: detected from the device)")
-    parser.add_argument("--dist", choices=defaults.DISTS, default=defaults.DEFAULT_DIST,
-                        help=f"{dist_help} (default %(default)s)")
+    # None until settle_layer: deepspeed where DeepSpeed is installed, else torch
+    parser.add_argument("--dist", choices=defaults.DISTS, default=None,
+                        help=f"{dist_help} (default {defaults.DEFAULT_DIST}; torch where "
+                             "DeepSpeed is not installed, with a note)")
     parser.add_argument("--device", type=_device_type, default=defaults.DEFAULT_DEVICE,
                         help="cuda, cpu, xpu, hpu, npu, ... (default: detected)")
+
+
+def settle_layer(args):
+    """--dist not given: deepspeed (SPEC's default) where DeepSpeed is installed; where it is
+    not (a plain `pip install commbench`), torch, and one note from the launcher's rank 0 that
+    says so. A --dist deepspeed given without DeepSpeed stays an error (layer.import_deepspeed).
+    Whether DeepSpeed is installed is asked of the import system, not by importing it."""
+    if args.dist is not None:
+        return
+    if importlib.util.find_spec("deepspeed") is not None:
+        args.dist = defaults.DEFAULT_DIST
+        return
+    args.dist = "torch"
+    try:  # the launcher's rank; an environment in error is said at start-up, not here
+        rank = discover_launch_env(local_rank_arg=args.local_rank).rank
+    except UsageError:
+        return
+    if rank == 0:
+        print(f"{PROG}: note: DeepSpeed is not installed, so this run measures torch.distributed "
+              "(--dist torch); for deepspeed.comm, pip install 'commbench[deepspeed]'",
+              file=sys.stderr, flush=True)
 
 
 def add_store_flags(parser):

@@ -22,11 +22,12 @@ import torch.distributed
 
 from .dtypes import check_dtype_for_backend
 from . import builds, ccl as oneccl, groups as grouping, shm
-from .errors import BenchmarkError, UsageError
+from .errors import PROG, BenchmarkError, UsageError
 from .guard import deadline, peer_failure
 from .launch import check_master_address, discover_launch_env, master_address, master_port
 from .layer import (import_deepspeed, init_error, pin, resolve_device_and_backend, select_device,
                     tell_deepspeed_backend)
+from .progress import SlowStep
 from .peers import argument_digest, differing_arguments, exchange
 from .settings import Settings
 from .startup import say_startup
@@ -204,7 +205,11 @@ def init_comm(local_rank, args):
         building, since = _start_group(args, launch, backend, device, ds)
         up = time.monotonic() - begun
     rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    peers = _handshake(given, args.timeout, backend, starting, rank, world_size, device)
+    with SlowStep(_say if starting and backend == "ccl" and not building and rank == 0 else None,
+                  "starting oneCCL (it starts at the first collective; a first start on a host "
+                  "reads its libraries and opens its transport, up to a minute)",
+                  "oneCCL started in {:.1f} s"):
+        peers = _handshake(given, args.timeout, backend, starting, rank, world_size, device)
     first_collective = time.monotonic() - begun
     if starting and ds is not None:
         shm.unlink_deepspeed_buffer(rank)
@@ -229,6 +234,11 @@ def init_comm(local_rank, args):
         comm = replace(comm, layouts=_make_layouts(comm, args.groups, dist_module, gather,
                                                    scatter, one_tensor, args.split))
     return comm
+
+
+def _say(line):
+    """A start-up line on stderr (rank 0's: before the Comm that note() needs exists)."""
+    print(f"{PROG}: {line}", file=sys.stderr, flush=True)
 
 
 def _choose_layer(args):

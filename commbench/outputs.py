@@ -35,8 +35,9 @@ def _warn(text):
 
 
 class Outputs:
-    def __init__(self, file=None, db=None, prometheus=None):
+    def __init__(self, file=None, db=None, prometheus=None, asked=None, note=None):
         self.file, self.db, self.prometheus = file, db, prometheus
+        self.asked, self.note = asked, note  # --output as given; the run's note(line)
 
     def add(self, record):
         if self.file is not None:
@@ -78,6 +79,10 @@ class Outputs:
     def close(self):
         if self.file is not None:
             self.file.close()
+            from . import results
+            moved = results.written_elsewhere(self.asked, self.file.path)
+            if moved and self.note is not None:
+                self.note(moved)  # after the tables, where the reader of the run looks last
         self._drop_db(complete=True)
         if self.prometheus is not None:
             try:
@@ -96,7 +101,7 @@ def open_outputs(args, make_meta, note):
         return None
     from . import results
     meta = make_meta()
-    outputs = Outputs()
+    outputs = Outputs(asked=args.output, note=note)
     if args.output:
         path = results.free_path(args.output, args.overwrite)
         outputs.file = results.open_writer(path, meta)

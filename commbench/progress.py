@@ -11,6 +11,8 @@ from .table import convert_size, note
 
 # Seconds without a line before a progress line is due.
 EVERY_S = 10.0
+# Seconds a start-up step that is mostly quick may take before it says what it is doing.
+SLOW_STEP_S = 3.0
 
 
 def open_progress(comm, op_name, sizes, windows):
@@ -122,3 +124,38 @@ class Lines:
     def _say(self, now):
         self.last_line = now
         note(self.comm, self.line(now))
+
+
+class SlowStep:
+    """A start-up step that mostly takes a second but can take a minute (oneCCL's first start
+    on a host: its libraries read from a cold disk, its transport opened): once it has taken
+    `after` seconds, one line saying what it is doing (`starting`), and at its end one line
+    with its time (`done`, formatted with the seconds); a quick one prints nothing. `say` is
+    None on the ranks that stay quiet. Used as a context manager; a step that fails says no
+    more."""
+
+    def __init__(self, say, starting, done, after=None):
+        self.say, self.starting, self.done = say, starting, done
+        self.after = SLOW_STEP_S if after is None else after
+        self.told = threading.Event()
+        self.timer = None
+
+    def _tell(self):
+        self.told.set()
+        self.say(self.starting)
+
+    def __enter__(self):
+        self.began = time.monotonic()
+        if self.say is not None:
+            self.timer = threading.Timer(self.after, self._tell)
+            self.timer.daemon = True
+            self.timer.start()
+        return self
+
+    def __exit__(self, kind, _error, _trace):
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer.join()
+        if self.told.is_set() and kind is None:
+            self.say(self.done.format(time.monotonic() - self.began))
+        return False

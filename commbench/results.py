@@ -73,6 +73,16 @@ def free_path(path, overwrite, formats=FORMATS):
     return f"{path}.{number}"
 
 
+def written_elsewhere(asked, path):
+    """The line for a run's end, after its tables, when its results went to `path` and not to
+    the path asked for (which existed: the run wrote PATH.N beside it); None when they did not.
+    A line before the tables is easily lost in a long run's output."""
+    if not asked or path == asked:
+        return None
+    return (f"results written to {path}, not to {asked}: {asked} was there before this run and "
+            "is kept (--overwrite replaces it)")
+
+
 def open_writer(path, meta):
     """A writer for `path` whose meta record is already on disk; raises ResultsError when the
     path cannot be written (checked before anything is measured)."""
@@ -91,7 +101,7 @@ class _WholeRecords:
     full disk late) is cut back off before the error is raised."""
 
     def __init__(self, path):
-        self.path = path
+        self.path = self.asked = path  # open_lines: `asked` the path asked for (path: PATH.N)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         self._end = 0
         self.records = 0  # result records on disk
@@ -135,6 +145,7 @@ def open_lines(path, overwrite, meta, formats=None):
     rule of every results file of the suite), its first line `meta` already on disk (its
     `path` says where); raises OSError, or ResultsError for a path no file can be."""
     writer = LinesWriter(free_path(path, overwrite, formats))
+    writer.asked = path
     try:
         writer.write(meta)
     except OSError:

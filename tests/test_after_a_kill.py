@@ -4,6 +4,8 @@ build's note, and what killed ranks leave in /dev/shm."""
 
 import contextlib
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -72,6 +74,76 @@ def test_a_build_killed_midway_does_not_stop_the_next_run(tmp_path):
     third = launch("all_reduce.py", *DEEPSPEED, env={"TORCH_EXTENSIONS_DIR": str(extensions)})
     assert third.returncode == 0, third
     assert "building" not in third.stderr and "removed" not in third.stderr, third
+
+
+def _lines_as_they_come(extensions, stop_at=None):
+    """A --dist deepspeed run on TORCH_EXTENSIONS_DIR=extensions: its stderr lines, each with
+    the seconds since the run began; at a line holding `stop_at`, the run is killed (the rank,
+    ninja and its compilers)."""
+    import psutil
+    env = base_env(MASTER_PORT=str(free_port()), TORCH_EXTENSIONS_DIR=str(extensions))
+    began = time.monotonic()
+    process = subprocess.Popen([sys.executable, "all_reduce.py", *DEEPSPEED], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    lines = []
+    try:
+        for line in process.stderr:
+            lines.append((time.monotonic() - began, line.rstrip("\n")))
+            if stop_at and stop_at in line:
+                tree = psutil.Process(process.pid).children(recursive=True)
+                os.killpg(process.pid, signal.SIGKILL)
+                for child in tree:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        child.kill()
+                break
+        process.wait(timeout=600)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return process.returncode, lines
+
+
+@serial
+def test_the_build_line_comes_within_5_s_and_a_rebuild_for_another_venv_says_so(tmp_path):
+    """Issue 53: DeepSpeed's build says so within 5 s of the start, in an empty
+    TORCH_EXTENSIONS_DIR and in one that holds a build made by another venv (which torch
+    rebuilds: a minute that was silent), and says when it ended. Serial: it times a line."""
+    from commbench import builds
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _, lines = _lines_as_they_come(empty, stop_at="building DeepSpeed's")
+    (at, line), = [(at, line) for at, line in lines if "building DeepSpeed's" in line]
+    assert at < 5 and line.startswith(f"commbench: building DeepSpeed's {OP} op (once per venv, "
+                                      f"into {empty}: about a minute"), lines
+
+    # another venv's build: this venv's own, its build file's paths moved to another venv's and
+    # ninja's record of the commands it ran gone (they were that venv's: ninja rebuilds all)
+    own = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path(sys.prefix) / "torch_extensions")
+    if not (own / OP / f"{OP}.so").exists():
+        pytest.skip(f"this venv has no build of {OP} to copy (make ops builds it)")
+    other = tmp_path / "other"
+    shutil.copytree(own / OP, other / OP,
+                    ignore=shutil.ignore_patterns("lock", ".ninja_log", ".ninja_deps"))
+    ninja = other / OP / "build.ninja"
+    text = ninja.read_text()
+    prefix = re.search(r"(\S+)/lib/python[^/]+/site-packages/torch/include", text).group(1)
+    ninja.write_text(text.replace(prefix, "/opt/another-venv"))
+    assert builds.built_elsewhere(str(other / OP)) == "/opt/another-venv"
+    status, lines = _lines_as_they_come(other)
+    assert status == 0, lines
+    said = [(at, line) for at, line in lines if line.startswith("commbench: buil")]
+    assert len(said) == 2, lines
+    assert said[0][0] < 5 and said[0][1].startswith(
+        f"commbench: building DeepSpeed's {OP} op again ({other} holds a build made by another "
+        "venv, /opt/another-venv, which torch rebuilds for this one"), lines
+    assert re.fullmatch(rf"commbench: built DeepSpeed's {OP} op in \d+ s; later runs of this "
+                        "venv load it", said[1][1]), lines
+    assert "/opt/another-venv" not in ninja.read_text()
+    status, lines = _lines_as_they_come(other)  # rebuilt for this venv: loaded, nothing said
+    assert status == 0 and not [line for _, line in lines
+                                if line.startswith("commbench: buil")], lines
 
 
 @serial

@@ -231,3 +231,22 @@ def test_postgresql_holds_a_real_run_and_old_files_and_their_history(postgres, t
     assert [s["key"]["band"] for s in series] == ["small"]
     _, records = results.read(output)
     assert series[0]["sizes"] == [records[0]["size_bytes"], records[-1]["size_bytes"]]
+
+
+def test_postgresql_reports_read_only_and_a_missing_database_is_exit_2(postgres, capsys):
+    """A report reads PostgreSQL in read-only transactions; a database that is not on the server
+    is one line and exit 2, as a missing SQLite file is, and nothing is created."""
+    fixture = ROOT / "tests" / "fixtures" / "curves_2ranks.jsonl"
+    assert report(["import", str(fixture), "--db", postgres]) == 0  # or imported before
+    reader = stores.Store(postgres, read_only=True)
+    from sqlalchemy import text
+    with reader.connection.begin():
+        assert reader.connection.execute(text("SHOW transaction_read_only")).scalar() == "on"
+    assert any((row["source"] or "").endswith("curves_2ranks.jsonl") for row in reader.runs())
+    reader.close()
+    capsys.readouterr()
+    missing = postgres.rsplit("/", 1)[0] + "/nonexist"
+    assert report(["history", "--db", missing]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("report.py: error: --db postgresql://") and \
+        'database "nonexist" does not exist' in err, err

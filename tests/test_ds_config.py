@@ -30,7 +30,7 @@ def model_flags(model):
 
 def write_config(path, model, **zero):
     config = {"train_micro_batch_size_per_gpu": model["micro_batch"],
-              "gradient_accumulation_steps": model["micro_batches"],
+              "gradient_accumulation_steps": model["micro_batches"], "gradient_clipping": 1.0,
               "zero_optimization": dict(ZERO, **zero)}
     path.write_text(json.dumps(config, indent=1))
     return config
@@ -72,6 +72,8 @@ def check_engine_and_bytes(record, file_config, zero):
     assert back["train_micro_batch_size_per_gpu"] == file_config["train_micro_batch_size_per_gpu"]
     assert back["gradient_accumulation_steps"] == file_config["gradient_accumulation_steps"]
     assert back["bf16"] == {"enabled": False} and back["fp16"] == {"enabled": False}
+    assert back["gradient_clipping"] == file_config["gradient_clipping"] == 1.0
+    assert "not_exposed" not in back  # every key the file (and the suite) set, read back
     ratios = record["bytes_vs_estimate"]
     assert set(ratios) == set(record["estimate"]), ratios
     for op, ratio in ratios.items():
@@ -215,3 +217,31 @@ def test_a_bad_config_is_one_line_on_every_rank(tmp_path):
     assert errors(stderr) == [f"commbench: error: --ds-config {path}: zero_optimization.stage 7: "
                               "use 1, 2 or 3"], stderr
     assert "Traceback" not in stderr and stdout == ""
+
+
+@pytest.mark.fast  # in-process: DeepSpeed's own config and engine accessors, no ranks
+def test_the_read_back_covers_every_key_the_file_sets(monkeypatch):
+    """Issue 53: gradient_clipping was missing. Every key a config sets is read back through
+    the engine's accessors (DeepSpeed's DeepSpeedConfig of the config, as initialize() makes
+    it), or named in not_exposed when the engine does not report it."""
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    from deepspeed.runtime.config import DeepSpeedConfig
+    from deepspeed.runtime.engine import DeepSpeedEngine
+    from commbench.strategies import dsconfig
+    config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 3,
+              "train_batch_size": 6, "gradient_clipping": 0.5, "prescale_gradients": False,
+              "zero_optimization": {"stage": 2, "reduce_bucket_size": 20000},
+              "bf16": {"enabled": True}, "steps_per_print": 1 << 30,
+              "wall_clock_breakdown": False, "communication_data_type": "fp32",
+              "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
+              "flops_profiler": {"enabled": False}}
+    engine = object.__new__(DeepSpeedEngine)  # its accessors read its config alone
+    engine._config, engine.client_optimizer = DeepSpeedConfig(config), None
+    back = dsconfig.read_back(engine, config)
+    assert back.pop("not_exposed") == ["flops_profiler"]
+    assert back.pop("fp16") == {"enabled": False}  # the dtype is always said
+    assert back.pop("optimizer") == {"type": "adamw", "params": {"lr": 0.001}}
+    assert back == {key: value for key, value in config.items()
+                    if key not in ("optimizer", "flops_profiler")}
+    for key, view in dsconfig.ENGINE_VIEW.items():  # each accessor is DeepSpeed's
+        view(engine)

@@ -345,3 +345,47 @@ def test_a_failure_that_a_stop_signal_explains_is_left_to_the_stop(monkeypatch):
     finally:
         reader.close()
         writer.close()
+
+
+def test_a_slow_start_up_step_says_what_it_is_doing_and_when_it_ended():
+    """oneCCL's first start (comm.init_comm): quick, nothing said; slow, a line once it has
+    taken `after` seconds and one at its end with its time; a step that fails says no more."""
+    import time
+    from commbench.progress import SlowStep
+    said = []
+    with SlowStep(said.append, "starting oneCCL", "oneCCL started in {:.1f} s", after=0.2):
+        pass
+    assert said == []
+    with SlowStep(said.append, "starting oneCCL", "oneCCL started in {:.1f} s", after=0.05):
+        time.sleep(0.3)
+    assert said[0] == "starting oneCCL" and said[1].startswith("oneCCL started in 0.")
+    said.clear()
+    with pytest.raises(RuntimeError):
+        with SlowStep(said.append, "starting oneCCL", "oneCCL started in {:.1f} s", after=0.05):
+            time.sleep(0.2)
+            raise RuntimeError("oneCCL did not start")
+    assert said == ["starting oneCCL"]
+    with SlowStep(None, "starting oneCCL", "done", after=0.01):  # the quiet ranks
+        time.sleep(0.05)
+
+
+def test_a_build_file_of_another_venvs_is_told_from_this_ones(tmp_path):
+    """builds.built_elsewhere: torch rewrites a build file whose paths are another venv's and
+    ninja rebuilds the op (issue 53: a silent minute); one of this venv's, or none, is not."""
+    import importlib.util
+    import os
+    import sysconfig
+    from commbench import builds
+    torch_dir = os.path.dirname(importlib.util.find_spec("torch").origin)
+    ds = importlib.util.find_spec("deepspeed")
+    ds_dir = os.path.dirname(ds.origin) if ds else "/nowhere/deepspeed"
+    mine = (f"cflags = -I{ds_dir}/ops/csrc/cpu/includes -isystem {torch_dir}/include "
+            f"-isystem {sysconfig.get_paths()['include']} -fPIC\n")
+    (tmp_path / "build.ninja").write_text(mine)
+    assert builds.built_elsewhere(str(tmp_path)) is None
+    other = "/opt/venv2/lib/python3.11/site-packages"
+    (tmp_path / "build.ninja").write_text(mine.replace(os.path.dirname(torch_dir), other))
+    assert builds.built_elsewhere(str(tmp_path)) == "/opt/venv2"
+    (tmp_path / "build.ninja").write_text("rule cp\n  command = cp $in $out\n")
+    assert builds.built_elsewhere(str(tmp_path)) is None  # not torch's: nothing to tell
+    assert builds.built_elsewhere(str(tmp_path / "none")) is None

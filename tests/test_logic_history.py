@@ -79,9 +79,17 @@ def test_an_old_schema_migrates_forward_and_a_newer_one_is_refused(tmp_path):
         plain.execute("DROP INDEX ix_runs_tag")
         plain.execute("DROP INDEX ix_results_run")
         plain.execute("UPDATE schema_version SET version = 1")
-    store = stores.Store(path)
+    reader = stores.Store(path, read_only=True)  # a report that reads migrates nothing
+    assert reader.migrated_from == 1 and reader.runs() == []
+    reader.close()
+    said = []
+    store = stores.Store(path, say=said.append)
     assert store.migrated_from == 1
     store.close()
+    assert said[0] == f"migrating --db {path} from schema version 1 to {schema.VERSION} (once; " \
+        "the database is locked meanwhile)"
+    assert re.fullmatch(rf"migrated --db {re.escape(str(path))} to schema version "
+                        rf"{schema.VERSION} in \d+\.\d s", said[1]) and len(said) == 2
     with sqlite3.connect(path) as plain:
         assert plain.execute("SELECT version FROM schema_version").fetchone()[0] == schema.VERSION
         names = {r[0] for r in plain.execute("SELECT name FROM sqlite_master WHERE type='index'")}
@@ -394,6 +402,38 @@ def test_compare_of_single_runs_knows_the_run_to_run_spread_from_the_database(tm
     assert report(["compare", a, far, "--db", str(tmp_path / "r.db")]) == 0
     out = capsys.readouterr().out
     assert "slower at small messages: +200% [" in out and "slower at large messages: +200% [" in out
+
+
+def test_a_missing_database_is_one_line_exit_2_and_reading_creates_nothing(tmp_path, capsys):
+    """report.py history --db with a mistyped path (issue 53): one line, exit 2, no file made;
+    compare --db and html --db alike. A database that is there is read without a write."""
+    from commbench.report.cli import main as report
+    a = results_file(tmp_path / "a.jsonl", [(8, 1e-5)])
+    for where in (tmp_path / "nonexist.db", tmp_path / "no" / "such" / "folder.db"):
+        for argv in (["history", "--db", str(where)], ["compare", a, a, "--db", str(where)],
+                     ["html", a, "--db", str(where), "-o", str(tmp_path / "r.html")]):
+            assert report(argv) == 2, argv
+            err = capsys.readouterr().err
+            assert err == f"report.py: error: --db {where}: no such database file; a report " \
+                "reads a database and creates none (check the path; a run's --db writes one)\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]
+    path = tmp_path / "r.db"
+    store = stores.Store(path)
+    write_run(store, [(8, 1e-5), (16, 1e-5)])
+    store.close()
+    before = path.read_bytes()
+    assert report(["history", "--db", str(path)]) == 0
+    assert "all_reduce float32 sum, torch gloo cpu, 2 ranks" in capsys.readouterr().out
+    assert path.read_bytes() == before
+    path.chmod(0o444)  # a database a reader may not write (another user's) reads all the same
+    try:
+        assert report(["history", "--db", str(path), "--format", "json"]) == 0
+    finally:
+        path.chmod(0o644)
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    assert report(["history", "--db", str(empty)]) == 1
+    assert "holds no commbench runs" in capsys.readouterr().err and empty.stat().st_size == 0
 
 
 def test_beside_a_commands_own_writer_a_run_stopped_by_an_error_stays_incomplete(tmp_path):

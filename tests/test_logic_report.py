@@ -56,6 +56,28 @@ def test_a_commands_own_lines_keep_an_earlier_file_and_end_in_a_whole_line(tmp_p
         results.open_lines(str(tmp_path), False, {"type": "meta"})
 
 
+def test_a_report_warns_of_a_newer_run_beside_its_input(tmp_path, capsys):
+    """report.py reading PATH while PATH.N is there (a later run given --output PATH wrote it,
+    issue 53): one warning naming PATH.N; reading the newest, none."""
+    from commbench.report.cli import main as report
+    record = {"op": "all_reduce", "dtype": "float32", "world_size": 2, "size_bytes": 8,
+              "numel": 2, "element_size": 4, "duration_s": 1e-5, "busbw_Bps": 8e5,
+              "throughput_Bps": 1.6e6}
+    path = tmp_path / "run.jsonl"
+    for name in ("run.jsonl", "run.jsonl.1", "run.jsonl.2"):
+        write(tmp_path / name, [record])
+    (tmp_path / "run.jsonl.x").write_text("not a run of the suite's\n")
+    assert report(["compare", str(path), f"{path}.1"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warnings == [
+        f"report.py: warning: {path} has a newer run beside it, {path}.2 (a later run given "
+        f"--output {path} wrote it and kept {path}); this reads {path}",
+        f"report.py: warning: {path}.1 has a newer run beside it, {path}.2 (a later run given "
+        f"--output {path} wrote it and kept {path}); this reads {path}.1"]
+    assert report(["plot", f"{path}.2", "-o", str(tmp_path / "c.png")]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
 def run_of(label, ops, windows=None, world_size=2, dtype="float"):
     """A runs.Run from {op: {size: seconds}} (busbw: size / seconds)."""
     run = runs.Run(f"{label}.jsonl", label, world_size, dtype)

@@ -102,3 +102,27 @@ def test_each_front_ends_settings_hold_every_flag_of_its_parser(front):
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.timeout = 1
     assert Settings.of(settings).timeout == settings.timeout  # what the start-up reads of it
+
+
+def test_the_layer_falls_back_to_torch_where_deepspeed_is_not_installed(monkeypatch, capsys):
+    """--dist not given: deepspeed where DeepSpeed is installed; where it is not (a plain pip
+    install), torch, with one note from the launcher's rank 0. A --dist given stays as given."""
+    import importlib.util
+    assert parse().dist == "deepspeed" and not capsys.readouterr().err
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "deepspeed" else real(name, *a))
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    assert Settings.of(parse()).dist == "torch"
+    note = capsys.readouterr().err
+    assert note.count("\n") == 1 and "DeepSpeed is not installed" in note and \
+        "commbench[deepspeed]" in note
+    assert parse("--dist", "deepspeed").dist == "deepspeed"
+    assert parse("--dist", "torch").dist == "torch" and not capsys.readouterr().err
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert parse().dist == "torch" and not capsys.readouterr().err  # rank 0 alone says it
+    from commbench.doctor.flags import parse as doctor_parse
+    assert doctor_parse([]).dist == "torch"

@@ -69,10 +69,15 @@ def test_output_is_not_overwritten(run, tmp_path):
     assert first.returncode == second.returncode == 0
     assert path.read_text() == "earlier results\n"
     assert f"writing {path}.1" in first.stderr and f"writing {path}.2" in second.stderr
+    # and at the end, after the tables, the file really written (issue 53)
+    assert first.stderr.strip().splitlines()[-1] == (
+        f"commbench: results written to {path}.1, not to {path}: {path} was there before this "
+        "run and is kept (--overwrite replaces it)")
     assert len(results.read(f"{path}.2")[1]) == 2
     third = run("all_reduce.py", "--scan", "--maxsize=3", "--dist=torch", f"--output={path}",
                 "--overwrite")
     assert third.returncode == 0 and len(results.read(str(path))[1]) == 2
+    assert "results written to" not in third.stderr
 
 
 # One case under the deepspeed launcher (its ranks' stderr passes through it), the others with

@@ -111,6 +111,44 @@ def test_the_wheel_holds_the_package_alone(installed):
     assert "unknown command 'all_reduse'" in wrong.stderr
 
 
+def test_a_plain_pip_install_without_deepspeed_runs_the_docs_next_command(installed, tmp_path):
+    """docs/launching.md's `pip install .` (no extras) then `torchrun ... -m commbench all_reduce
+    --scan`, in a venv that has torch but no DeepSpeed: the run measures torch.distributed and
+    says so in one note; `--dist deepspeed` said outright is still one clear line."""
+    _, wheel, work = installed
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    python = venv / "bin" / "python"
+    purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig."
+                                   "get_paths()['purelib'])"], capture_output=True, text=True,
+                                  check=True).stdout.strip())
+    # The test venv's packages, one link each, less DeepSpeed and the checkout's editable
+    # install (its .pth files: none is needed by torch, psutil or tqdm).
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        name = entry.name.lower()
+        if not name.startswith(("deepspeed", "commbench", "__editable__")) and \
+                not name.endswith(".pth") and not (purelib / entry.name).exists():
+            (purelib / entry.name).symlink_to(entry)
+    pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
+                          "--no-deps", "--quiet", str(wheel)], capture_output=True, text=True,
+                         timeout=300)
+    assert pip.returncode == 0, pip.stderr
+    output = tmp_path / "run.jsonl"
+    result = _run(python, work, python, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                  f"--master_port={free_port()}", "-m", "commbench", "all_reduce", "--scan",
+                  "--maxsize=4", "--trials=3", f"--output={output}")
+    assert result.returncode == 0, result.stderr
+    table, = parse_tables(result.stdout)
+    assert (table.op, table.devices, len(table.rows)) == ("all_reduce", 2, 3)
+    notes = [line for line in result.stderr.splitlines() if "DeepSpeed is not installed" in line]
+    assert len(notes) == 1 and "--dist torch" in notes[0], result.stderr
+    assert json.loads(output.read_text().splitlines()[0])["dist"] == "torch"
+    said = _run(python, work, python, "-m", "commbench", "all_reduce", "--dist=deepspeed")
+    assert said.returncode == 1 and said.stderr.count("\n") == 1, said
+    assert "--dist deepspeed needs DeepSpeed" in said.stderr
+
+
 @pytest.mark.parametrize("launcher", ["torchrun", "deepspeed"])
 def test_python_m_commbench_under_the_launchers(installed, launcher, tmp_path):
     python, _, work = installed

@@ -6,6 +6,8 @@ columns for the queries (history) and the whole record as JSON text beside them,
 results file holds, the database holds, figure for figure.
 """
 
+import time
+
 from sqlalchemy import (BigInteger, Boolean, Column, Float, ForeignKey, Integer, MetaData,
                         String, Table, Text, select, text)
 
@@ -59,6 +61,10 @@ class NewerSchema(BenchmarkError):
     """The database was written by a newer commbench."""
 
 
+class NotADatabase(BenchmarkError):
+    """A file a reader opened that no run's --db made (no schema)."""
+
+
 def _create_tables(connection):
     metadata.create_all(connection, tables=[runs, results])
 
@@ -79,9 +85,11 @@ def version_of(connection):
     return connection.execute(select(schema_version.c.version)).scalar() or 0
 
 
-def migrate(connection, where):
+def migrate(connection, where, say=None):
     """Bring the database forward to VERSION, inside the caller's transaction (which holds the
-    database's write lock: two runs that start at once migrate it once). Refuses a newer one."""
+    database's write lock: two runs that start at once migrate it once). Refuses a newer one.
+    A database of an older version (not a new one) is said to be migrated, as it starts and
+    as it ends, through `say(line)`: building an index over years of rows takes a while."""
     found = version_of(connection)
     if found > VERSION:
         raise NewerSchema(f"--db {where} has schema version {found}, newer than this commbench's "
@@ -91,7 +99,27 @@ def migrate(connection, where):
     if found == 0:
         schema_version.create(connection, checkfirst=True)
         connection.execute(schema_version.insert().values(version=0))
+    elif say is not None:
+        say(f"migrating --db {where} from schema version {found} to {VERSION} (once; "
+            "the database is locked meanwhile)")
+    began = time.monotonic()
     for step in range(found + 1, VERSION + 1):
         STEPS[step](connection)
     connection.execute(schema_version.update().values(version=VERSION))
+    if found and say is not None:
+        say(f"migrated --db {where} to schema version {VERSION} in "
+            f"{time.monotonic() - began:.1f} s")
+    return found
+
+
+def readable(connection, where):
+    """A reader's check of the database on `connection`, changing nothing: its version, which
+    must be one this commbench reads (an older one lacks indexes only)."""
+    found = version_of(connection)
+    if found > VERSION:
+        raise NewerSchema(f"--db {where} has schema version {found}, newer than this commbench's "
+                          f"{VERSION}: upgrade commbench to read it")
+    if found == 0:
+        raise NotADatabase(f"--db {where} holds no commbench runs (no schema_version table): "
+                           "is it the database a run's --db wrote?")
     return found

@@ -31,15 +31,20 @@ class StoreUnavailable(StoreError):
     """The database server cannot be reached."""
 
 
-def database_url(where):
-    """The SQLAlchemy URL for --db: a bare path (or sqlite:///path) is an SQLite file;
-    postgresql:// and postgres:// go through psycopg (version 3)."""
+class StoreMissing(StoreError):
+    """A database a reader asked for does not exist (a mistyped path): readers never create one."""
+
+
+def database_url(where, create=True):
+    """The SQLAlchemy URL for --db: a bare path (or sqlite:///path) is an SQLite file (its
+    folder made when `create`); postgresql:// and postgres:// go through psycopg (version 3)."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
     where = os.fspath(where)
     if "://" not in where:
         path = os.path.abspath(where)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if create:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
         return make_url("sqlite://").set(database=path)
     for prefix in ("postgresql://", "postgres://"):
         if where.startswith(prefix):
@@ -65,36 +70,55 @@ def _first_line(error):
 
 
 class Store:
-    """One database: its engine, migrated forward on opening (refused when newer)."""
+    """One database: its engine, migrated forward on opening (refused when newer). `read_only`
+    (the report commands that only read: history, compare --db, html --db): a database that
+    does not exist is a StoreMissing and nothing is created, nothing migrated, nothing written
+    (SQLite opened with mode=ro, PostgreSQL's transactions read-only)."""
 
-    def __init__(self, where):
+    def __init__(self, where, read_only=False, say=None):
         from sqlalchemy import create_engine, event
         from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
-        self.url = database_url(where)
+        self.url = database_url(where, create=not read_only)
         self.where = shown(self.url)
         self.sqlite = self.url.get_backend_name() == "sqlite"
+        self.read_only = read_only
         try:
-            if self.sqlite:
+            if self.sqlite and read_only:
+                self.engine = create_engine("sqlite://", creator=_read_only(self.url.database,
+                                                                            self.where))
+                event.listen(self.engine, "connect", _sqlite_connect_read_only)
+                event.listen(self.engine, "begin", _sqlite_begin_read)
+            elif self.sqlite:
                 self.engine = create_engine(self.url, connect_args={"timeout": BUSY_TIMEOUT_S})
                 event.listen(self.engine, "connect", _sqlite_connect)
                 event.listen(self.engine, "begin", _sqlite_begin)
             else:
-                self.engine = create_engine(
-                    self.url, connect_args={"connect_timeout": CONNECT_TIMEOUT_S}
-                    if self.url.get_backend_name() == "postgresql" else {})
+                postgresql = self.url.get_backend_name() == "postgresql"
+                options = {"connect_timeout": CONNECT_TIMEOUT_S} if postgresql else {}
+                if postgresql and read_only:
+                    options["options"] = "-c default_transaction_read_only=on"
+                self.engine = create_engine(self.url, connect_args=options)
         except (NoSuchModuleError, ImportError, ArgumentError) as error:
             raise StoreError(f"--db {self.where}: {_first_line(error)}") from None
         try:
             self.connection = self.engine.connect()
+        except StoreError:
+            raise
         except SQLAlchemyError as error:
             kind = StoreError if self.sqlite else StoreUnavailable
-            raise kind(f"--db {self.where} cannot be reached: {_first_line(error)}") from None
+            text = _first_line(error)
+            if read_only and not self.sqlite and "does not exist" in text:
+                kind = StoreMissing
+            raise kind(f"--db {self.where} cannot be reached: {text}") from None
         try:
             with self.connection.begin():
+                if read_only:
+                    self.migrated_from = schema.readable(self.connection, self.where)
+                    return
                 if not self.sqlite and self.url.get_backend_name() == "postgresql":
                     from sqlalchemy import text
                     self.connection.execute(text(f"SELECT pg_advisory_xact_lock({_PG_LOCK})"))
-                self.migrated_from = schema.migrate(self.connection, self.where)
+                self.migrated_from = schema.migrate(self.connection, self.where, say or _say)
         except SQLAlchemyError as error:
             self.close()
             raise StoreError(f"--db {self.where}: {_first_line(error)}") from None
@@ -141,6 +165,36 @@ def _sqlite_connect(dbapi_connection, _record):
 
 def _sqlite_begin(connection):
     connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _read_only(path, where):
+    """SQLite's connection maker for a reader: the file must exist, and is opened read-only
+    (mode=ro: SQLite neither creates nor writes it; a WAL file's -shm may be made beside it)."""
+    import sqlite3
+    from urllib.parse import quote
+    if not path or not os.path.isfile(path):
+        raise StoreMissing(f"--db {where}: no such database file; a report reads a database "
+                           "and creates none (check the path; a run's --db writes one)")
+    uri = f"file:{quote(os.path.abspath(path))}?mode=ro"
+    return lambda: sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S,
+                                   check_same_thread=False)
+
+
+def _sqlite_connect_read_only(dbapi_connection, _record):
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
+    cursor.close()
+
+
+def _sqlite_begin_read(connection):
+    connection.exec_driver_sql("BEGIN")
+
+
+def _say(line):
+    import sys
+    from ..errors import PROG
+    print(f"{PROG}: {line}", file=sys.stderr, flush=True)
 
 
 def _number(value, kind):

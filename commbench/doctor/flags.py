@@ -7,7 +7,7 @@ import argparse
 from dataclasses import dataclass
 
 from .. import defaults, results
-from ..cli import add_rank_flags, add_store_flags
+from ..cli import add_rank_flags, add_store_flags, settle_layer
 from ..errors import UsageError
 from ..flags import UsageParser, prog
 from ..numbers import byte_count, float_in, int_at_least
@@ -145,6 +145,7 @@ class DoctorSettings:
 
 def parse(argv=None):
     args = parser().parse_args(argv)
+    settle_layer(args)
     switches = topology.parse(args.topology) if args.topology not in (None, "none") else None
     if args.output:
         kind = results.output_format(args.output)

@@ -17,6 +17,7 @@ A and B are result files of `--output` (.jsonl, .json, .csv), saved stdout of th
 Standard library only, but for `plot` and `html` (matplotlib, and Jinja2, imported when used).
 """
 
+import os
 import sys
 
 from commbench import caches, units
@@ -28,7 +29,7 @@ from commbench.report.compare import compare, render
 from commbench.report.kinds import kind_of, load_run, records_of
 from commbench.report.layouts import layouts, render_layouts
 from commbench.report.plot import plot
-from commbench.report.runs import ReportError
+from commbench.report.runs import ReportError, ReportUsageError
 from commbench.table import output_failure
 
 PROG = "report.py"
@@ -264,6 +265,45 @@ def _run_plot(args):
     print(f"{PROG}: wrote {args.output}", file=sys.stderr)
 
 
+# Each command's arguments that name files it reads (a path, or a list of them).
+INPUTS = {"compare": ("a", "b"), "html": ("runs",), "plot": ("runs",),
+          "strategy": ("results", "measured"), "buckets": ("results",), "trials": ("run",),
+          "import": ("files",)}
+
+
+def newer_beside(path):
+    """(the newest `PATH.N` beside `path`, PATH), N above M when `path` is PATH.M: a run given
+    --output PATH found a file there and wrote PATH.N, so the run the user has in mind may be
+    that one. None when there is none."""
+    base, own = path, 0
+    head, dot, tail = path.rpartition(".")
+    if dot and tail.isdigit() and head:
+        base, own = head, int(tail)
+    folder = os.path.dirname(base) or "."
+    name = os.path.basename(base)
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return None
+    numbers = [int(entry[len(name) + 1:]) for entry in entries
+               if entry.startswith(name + ".") and entry[len(name) + 1:].isdigit()]
+    newer = [n for n in numbers if n > own]
+    return (os.path.join(os.path.dirname(base), f"{name}.{max(newer)}"), base) if newer else None
+
+
+def warn_newer_inputs(args):
+    """One warning per input file that has a newer PATH.N beside it, naming that file."""
+    for name in INPUTS.get(args.command, ()):
+        given = getattr(args, name, None)
+        for path in given if isinstance(given, list) else [given]:
+            found = newer_beside(path) if path and os.path.isfile(path) else None
+            if found:
+                newer, base = found
+                print(f"{PROG}: warning: {path} has a newer run beside it, {newer} (a later run "
+                      f"given --output {base} wrote it and kept {base}); this reads {path}",
+                      file=sys.stderr)
+
+
 RUNS = {"compare": _run_compare, "html": _run_html, "plot": _run_plot,
         "strategy": lambda args: print(_strategy(args)), "buckets": _run_buckets,
         "trials": _run_trials, "import": _run_import, "history": lambda args: history.show(args)}
@@ -274,11 +314,12 @@ def _main(argv=None):
     args = made.parse_args(argv)
     if args.command == "html" and not args.runs and not args.db:
         made.error("html: give results files, --db URL, or both")
+    warn_newer_inputs(args)
     try:
         RUNS[args.command](args)
     except (ReportError, strategy.StrategyError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(error, ReportUsageError) else 1
     return 0
 
 

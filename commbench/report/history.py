@@ -8,23 +8,28 @@ import sys
 
 from .. import units
 from ..db import history, power, store as stores
-from .runs import ReportError
+from ..errors import BenchmarkError
+from .runs import ReportError, ReportUsageError
 
 
-def _open(where):
+def _open(where, read_only=True):
+    """The database at --db (or $COMMBENCH_DB). The commands that only read open it read-only:
+    a database that is not there is one line and exit 2, and none is created."""
     where = where or os.environ.get(stores.ENVIRONMENT)
     if not where:
-        raise ReportError(f"give --db URL (or set {stores.ENVIRONMENT})")
+        raise ReportUsageError(f"give --db URL (or set {stores.ENVIRONMENT})")
     try:
-        return stores.Store(where)
-    except stores.StoreError as error:
+        return stores.Store(where, read_only=read_only)
+    except stores.StoreMissing as error:
+        raise ReportUsageError(str(error)) from None
+    except BenchmarkError as error:  # StoreError, a newer schema, no schema
         raise ReportError(str(error)) from None
 
 
 def import_files(paths, where, tag):
     """Each results file as a run; a line per file on stderr. The count imported."""
     from .. import results
-    store = _open(where)
+    store = _open(where, read_only=False)
     count = 0
     try:
         for path in paths:

@@ -28,6 +28,10 @@ class ReportError(Exception):
     """A file that cannot be read or understood: one line, exit 1."""
 
 
+class ReportUsageError(ReportError):
+    """An input that is not there (a mistyped --db path): one line, exit 2, as a usage error."""
+
+
 @dataclass
 class Measurement:
     size: int  # bytes per rank, as the suite's Size column

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed
 
-from .. import gathered, units, whereabouts
+from .. import gathered, results, units, whereabouts
 from ..comm import init_comm
 from ..errors import BenchmarkError, UsageError
 from ..guard import agree_to_go_on, stall_deadline
@@ -383,6 +383,11 @@ def run_all(args):
     finally:
         if run.writer is not None:
             run.writer.close()
+    if run.writer is not None:  # the run ended well: where its results are, if not as asked
+        own = getattr(run.writer, "own", run.writer)
+        moved = own and results.written_elsewhere(own.asked, own.path)
+        if moved:
+            note(comm, moved)
 
 
 def _failure_record(run, name):

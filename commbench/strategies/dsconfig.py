@@ -232,16 +232,59 @@ def zero_settings(config):
     return DeepSpeedZeroConfig(**config["zero_optimization"]).model_dump(by_alias=True)
 
 
+def _dtype_name(dtype):
+    """A torch dtype under the name a DeepSpeed config gives it (communication_data_type)."""
+    import torch
+    return {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}.get(
+        dtype, str(dtype).replace("torch.", ""))
+
+
+# The engine's view of each top-level key a config may set (DeepSpeed 0.19.8's accessors),
+# under the config's names. A key set that is not here is named in `not_exposed`.
+ENGINE_VIEW = {
+    "train_micro_batch_size_per_gpu": lambda e: e.train_micro_batch_size_per_gpu(),
+    "gradient_accumulation_steps": lambda e: e.gradient_accumulation_steps(),
+    "train_batch_size": lambda e: e.train_batch_size(),
+    "bf16": lambda e: {"enabled": bool(e.bfloat16_enabled())},
+    "fp16": lambda e: {"enabled": bool(e.fp16_enabled()),
+                       **({"loss_scale": e.loss_scale()} if e.fp16_enabled() else {})},
+    "gradient_clipping": lambda e: e.gradient_clipping(),
+    "steps_per_print": lambda e: e.steps_per_print(),
+    "wall_clock_breakdown": lambda e: e.wall_clock_breakdown(),
+    "memory_breakdown": lambda e: e.memory_breakdown(),
+    "dump_state": lambda e: e.dump_state(),
+    "prescale_gradients": lambda e: not e.postscale_gradients(),
+    "gradient_predivide_factor": lambda e: e.gradient_predivide_factor(),
+    "communication_data_type": lambda e: _dtype_name(e.communication_data_type),
+    "zero_allow_untested_optimizer": lambda e: e.zero_allow_untested_optimizer(),
+    # the optimizer that runs: the suite's client optimizer (torch's AdamW) over the file's
+    "optimizer": lambda e: {"type": e.optimizer_name(), "params": e.optimizer_params()},
+    "scheduler": lambda e: {"type": e.scheduler_name(), "params": e.scheduler_params()},
+}
+
+
 def read_back(engine, config):
-    """What the engine holds for each key the file sets: zero_optimization's keys, the batch,
-    the accumulation and the dtype, under the file's names."""
+    """What the engine holds for each key the config sets, under the config's names:
+    zero_optimization's keys (as DeepSpeed's ZeRO model holds them, defaults filled), the
+    batch, the accumulation, the dtype (always), and every other key in ENGINE_VIEW.
+    `not_exposed`: the keys set (`section.key` inside a section) that the engine does not
+    report, sorted; absent when there are none."""
     held = engine._config.zero_config.model_dump(by_alias=True)
-    zero = {key: _plain(held.get(key)) for key in config["zero_optimization"]}
-    back = {"zero_optimization": zero,
-            "train_micro_batch_size_per_gpu": engine.train_micro_batch_size_per_gpu(),
-            "gradient_accumulation_steps": engine.gradient_accumulation_steps(),
-            "bf16": {"enabled": bool(engine.bfloat16_enabled())},
-            "fp16": {"enabled": bool(engine.fp16_enabled())}}
+    zero = config["zero_optimization"]
+    back = {"zero_optimization": {key: _plain(held[key]) for key in zero if key in held}}
+    hidden = [f"zero_optimization.{key}" for key in zero if key not in held]
+    for key in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "bf16", "fp16",
+                *config):
+        if key in back:
+            continue
+        if key not in ENGINE_VIEW:
+            hidden.append(key)
+            continue
+        back[key] = _plain(ENGINE_VIEW[key](engine))
+        if isinstance(config.get(key), dict) and isinstance(back[key], dict):
+            hidden += [f"{key}.{sub}" for sub in config[key] if sub not in back[key]]
+    if hidden:
+        back["not_exposed"] = sorted(hidden)
     return back
 
 

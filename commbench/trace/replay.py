@@ -24,7 +24,7 @@ from ..guard import agree_to_go_on, stall_deadline
 from ..launch import discover_launch_env
 from ..memory import per_rank_memory
 from ..numbers import float_in, int_at_least
-from ..results import FORMATS, open_lines
+from ..results import FORMATS, open_lines, written_elsewhere
 from ..settings import frozen
 from ..table import emit, note, output_failure, print_rank_0
 from . import agree, summary
@@ -186,6 +186,10 @@ def open_output(args, comm, trace):
         except (OSError, BenchmarkError) as error:
             failure = f"cannot write --output {args.output}: " \
                       f"{getattr(error, 'strerror', None) or error}"
+        else:
+            if writer.path != args.output:
+                note(comm, f"{args.output} exists; writing {writer.path} (--overwrite replaces "
+                           "it)")
     if comm.any_rank(failure is not None):
         raise BenchmarkError(failure or "rank 0 cannot write --output")
     from ..outputs import beside  # --db, --prometheus: the summary and the calls there too
@@ -287,6 +291,10 @@ def run(args):
     finally:
         if writer is not None:
             writer.close()
+    own = getattr(writer, "own", writer)  # the run ended well: where its results are
+    moved = own and written_elsewhere(own.asked, own.path)
+    if moved:
+        note(comm, moved)
 
 
 def _positions(comm, replayer):
