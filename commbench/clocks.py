@@ -112,9 +112,9 @@ class Hiccups:
     long. The thread holds the GIL for microseconds a wake-up, 500 times a second at most."""
 
     TICK = 0.002
-    # a wake-up this late beyond TICK counts: a scheduler's time slices (1-4 ms, several on a
+    # a wake-up this late beyond TICK counts: a scheduler's time slices (1-4 ms; a few on a
     # busy host) are not a stall
-    SLACK = 0.020
+    SLACK = 0.010
 
     def __init__(self):
         import threading

@@ -21,9 +21,13 @@ Two witnesses, each counted per trial (commbench/trials.py's figures, on rank 0'
              rank that did not run the longest, by how much longer than the next one (--per-trial
              runs of this version; no figure in --stats or a replay).
 
-Each witness names a rank when that rank caused more than half of the waiting it counted, and
-that waiting is at least MATERIAL of the trials' time (a rank last by a fraction of a
-millisecond in most trials of a quiet run slows no one that matters). The verdict names a
+Each witness names a rank when that rank caused more than half of the waiting it counted, that
+waiting is at least MATERIAL of the trials' time (a rank last by a fraction of a millisecond in
+most trials of a quiet run slows no one that matters), and chance would not put so much on one
+rank: drawing each counted trial's rank at random, DRAWS times, puts as much on one rank in at
+most CHANCE of the draws. The evidence so tested is the run's (every size's of the same ranks
+pooled, in report.py trials: a real straggler is late in size after size, a quiet run's chance
+concentrations are not), or the one size's (--stats, whose rows print as they are measured). The verdict names a
 straggler when a witness names it and no witness names another (two witnesses naming different
 ranks: none, and it says so); and the clocks alone do not name one that the call times, where
 they can judge, do not bear out (the waiting they count for it at least half the clocks'): on 2
@@ -127,21 +131,45 @@ def chance(events, ranks, seed=0):
     return (1 + above) / (1 + DRAWS)
 
 
-def _name(witness, total):
-    """Sets witness.named, .share and .chance by the rule in the docstring."""
+def _name(witness, total, pooled=None):
+    """Sets witness.named, .share and .chance by the rule in the docstring. pooled: (rank, p)
+    of this witness over the whole run (pooled()); None: this size alone is the run."""
     spent = sum(witness.waiting)
     if len(witness.waiting) < 2 or spent <= 0 or total <= 0:
         return witness
     top = witness.top()
     witness.share = witness.waiting[top] / total
     if witness.waiting[top] > spent / 2 and witness.share >= MATERIAL:
-        witness.chance = chance(witness.events, len(witness.waiting))
+        if pooled is None:
+            witness.chance = chance(witness.events, len(witness.waiting))
+        else:
+            witness.chance = pooled[1] if pooled[0] == top else 1.0
         if witness.chance <= CHANCE:
             witness.named = top
     return witness
 
 
-def clock_witness(arrivals, bounds, total):
+def pooled(sizes):
+    """{witness name: (rank index, p)} over several sizes of one set of ranks: each witness's
+    events of every size together, the rank with the most of them and the chance of so much
+    on one rank. sizes: a list of Witnesses tuples (witnesses())."""
+    events, ranks = {}, 0
+    for found in sizes:
+        for w in found:
+            if w is not None:
+                events.setdefault(w.name, []).extend(w.events)
+                ranks = len(w.waiting)
+    out = {}
+    for name, seen in events.items():
+        sums = [0.0] * ranks
+        for rank, seconds in seen:
+            sums[rank] += seconds
+        top = max(range(ranks), key=lambda r: sums[r]) if ranks else 0
+        out[name] = (top, chance(seen, ranks))
+    return out
+
+
+def clock_witness(arrivals, bounds):
     """arrivals[rank][trial] (any common origin per trial), bounds[rank] (s)."""
     n = len(arrivals)
     w = Witness("clock", [0] * n, [0.0] * n)
@@ -153,10 +181,10 @@ def clock_witness(arrivals, bounds, total):
         w.counts[last] += 1
         w.waiting[last] += lead
         w.events.append((last, lead))
-    return _name(w, total)
+    return w
 
 
-def call_witness(in_call, total):
+def call_witness(in_call):
     """in_call[rank][trial]: time from the call to its return."""
     n = len(in_call)
     w = Witness("call time", [0] * n, [0.0] * n)
@@ -166,10 +194,10 @@ def call_witness(in_call, total):
         w.waiting[short] += max(0.0, waited)
         if waited > 0:
             w.events.append((short, waited))
-    return _name(w, total)
+    return w
 
 
-def stopped_witness(stopped, total):
+def stopped_witness(stopped):
     """stopped[rank][trial]: the time its process did not run."""
     n = len(stopped)
     w = Witness("not run", [0] * n, [0.0] * n)
@@ -179,7 +207,7 @@ def stopped_witness(stopped, total):
             w.counts[top] += 1
             w.waiting[top] += beyond
             w.events.append((top, beyond))
-    return _name(w, total)
+    return w
 
 
 def _longest(values):
@@ -189,18 +217,30 @@ def _longest(values):
     return top, values[top] - (max(rest) if rest else 0.0)
 
 
-def judge(trials, op, bounds, spiked=(), steady=0.0):
+def witnesses(trials, op, bounds):
+    """(clock, call time, not run) Witnesses of one size's Trials, counted, none named yet;
+    None where a witness cannot judge (call time: rooted ops, pt2pt; not run: not recorded)."""
+    n = len(trials.ranks)
+    clock = clock_witness(trials.arrivals, bounds)
+    call = call_witness(trials.in_call) \
+        if trials.in_call is not None and symmetric(op) and n > 1 else None
+    stopped = stopped_witness(trials.stopped) \
+        if trials.stopped is not None and n > 1 else None
+    return clock, call, stopped
+
+
+def judge(trials, op, bounds, spiked=(), steady=0.0, pool=None):
     """The Verdict for one size's Trials (commbench.trials), `bounds` per rank index (s);
     `spiked`: its spike trials (1-based) and the steady median, to tell a late call from a
-    stall inside the call."""
+    stall inside the call; `pool`: pooled() over the run's sizes (None: this size alone is
+    the evidence, as for --stats, whose rows are printed as they are measured)."""
     n = len(trials.ranks)
     times = [max(d[i] for d in trials.durations) for i in range(trials.count)]
     total = sum(times)
-    clock = clock_witness(trials.arrivals, bounds, total)
-    call = call_witness(trials.in_call, total) \
-        if trials.in_call is not None and symmetric(op) and n > 1 else None
-    stopped = stopped_witness(trials.stopped, total) \
-        if trials.stopped is not None and n > 1 else None
+    clock, call, stopped = witnesses(trials, op, bounds)
+    for w in (clock, call, stopped):
+        if w is not None:
+            _name(w, total, None if pool is None else pool.get(w.name, (None, 1.0)))
     if n < 2:
         verdict = Verdict(None, "one rank: no arrivals to compare", clock, call)
     else:
@@ -259,6 +299,7 @@ def _spikes(trials, bounds, spiked, steady, times):
 SHUFFLES = 99  # the null's draws: a p-value of 0.01 is no draw of 99 at or above the data
 FALSE_ALARM = 0.01
 LOWEST = 0.01  # s: the shortest period tried (and at least 2 trials' time)
+STALL = 0.005  # s: an event's excess over the steady median, at least (a stall, not jitter)
 
 
 @dataclass
@@ -273,16 +314,19 @@ class Period:
 
 def events_of(spike_ends):
     """Spike trials -> events: [(size key, trial, end time, excess s)] -> [(time, weight)]
-    sorted, a run of consecutive trials of one size one event (the first's time, the run's
-    excess over the steady median its weight)."""
-    out, previous = [], None
+    sorted, a run of consecutive trials of one size one event: the time of its largest spike
+    (a stall's own trial, not a small one beside it), the run's excess over the steady median
+    its weight; only events of STALL or more (what the OS, a daemon or a collector stops a
+    process for; a short trial's jitter makes many smaller spikes, at no period)."""
+    runs, previous = [], None
     for key, trial, end, excess in sorted(spike_ends):
         if previous is not None and previous[0] == key and previous[1] == trial - 1:
-            out[-1] = (out[-1][0], out[-1][1] + excess)
+            runs[-1].append((end, excess))
         else:
-            out.append((end, excess))
+            runs.append([(end, excess)])
         previous = (key, trial)
-    return out
+    events = [(max(run, key=lambda spike: spike[1])[0], sum(e for _, e in run)) for run in runs]
+    return [(t, excess) for t, excess in events if excess >= STALL]
 
 
 def period_in_time(events, samples, trial_time, seed=0):

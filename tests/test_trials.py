@@ -489,11 +489,14 @@ def test_a_rank_stopped_40_ms_of_every_100_of_two_is_named(tmp_path):
 
 @pytest.mark.serial
 def test_quiet_runs_name_a_straggler_in_at_most_one_size(tmp_path):
-    """10 quiet runs, 3 ranks, nothing stopped: each names a straggler in at most one size."""
+    """10 quiet runs, 3 ranks on gloo, nothing stopped: each names a straggler in at most one
+    size (oneCCL's busy-waiting ranks on 2 cores make one rank late in size after size: a real
+    finding, and report.py trials notes the sharing)."""
     counts = []
     for k in range(10):
         out = tmp_path / f"quiet{k}.jsonl"
-        result = launch("all_reduce.py", "--dist=torch", "--scan", "--maxsize=12", "--trials=60",
+        result = launch("all_reduce.py", "--dist=torch", "--backend=gloo", "--scan",
+                        "--maxsize=12", "--trials=60",
                         "--per-trial", f"--output={out}", nproc=3)
         assert result.returncode == 0, result.stderr
         counts.append(sum(_named(trials.analyse(str(out))).values()))

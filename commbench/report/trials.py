@@ -60,7 +60,7 @@ def load(path):
     if not found:
         raise ReportError(f"{path} holds no per-trial data: run the op with --per-trial "
                           "(and --output)")
-    return meta.get("hostnames") or [], found
+    return meta, found
 
 
 def spikes(times, factor):
@@ -123,7 +123,17 @@ def drift(times, spiked):
 def analyse(path, factor=2.0):
     """One dict per op and size: the figures of the four parts (and what the run-level period
     in time needs: each spike's end and every trial's end, on rank 0's clock)."""
-    hosts, found = load(path)
+    meta, found = load(path)
+    hosts = meta.get("hostnames") or []
+    cpus = (meta.get("processor") or {}).get("cpus")
+
+    def bounds_of(t):
+        return [t.host_errors.get(hosts[r] if r < len(hosts) else "?", t.error) for r in t.ranks]
+    pools = {}  # the evidence of every size of the same ranks (and op kind) together
+    for record, t in found:
+        key = (tuple(t.ranks), lateness.symmetric(record.get("op")))
+        pools.setdefault(key, []).append(lateness.witnesses(t, record.get("op"), bounds_of(t)))
+    pools = {key: lateness.pooled(sizes) for key, sizes in pools.items()}
     sizes = []
     for record, t in found:
         ranks = t.ranks
@@ -131,8 +141,9 @@ def analyse(path, factor=2.0):
         steady, spiked = spikes(times, factor)
         comb = period(spiked, len(times))
         named_hosts = [hosts[r] if r < len(hosts) else "?" for r in ranks]
-        bounds = [t.host_errors.get(h, t.error) for h in named_hosts]
-        verdict = lateness.judge(t, record.get("op"), bounds, spiked, steady)
+        bounds = bounds_of(t)
+        verdict = lateness.judge(t, record.get("op"), bounds, spiked, steady,
+                                 pools[(tuple(ranks), lateness.symmetric(record.get("op")))])
         clock = verdict.clock
         order = sorted(range(len(ranks)), key=lambda r: clock.waiting[r], reverse=True)
         ends = t.ends()
@@ -169,7 +180,7 @@ def analyse(path, factor=2.0):
                         if w is not None},
             "spike_kinds": {i: (kind, [ranks[r] for r in who] if kind == "inside" else ranks[who],
                                 seconds) for i, (kind, who, seconds) in verdict.spikes.items()},
-            "trial_ends": trial_ends,
+            "trial_ends": trial_ends, "cpus": cpus,
             "drift": drift(times, spiked), "times": times, "durations": t.durations})
     return sizes
 
@@ -287,8 +298,23 @@ def _period_line(sizes):
             f"trials; false alarms {lateness.FALSE_ALARM:.0%})")
 
 
+def _sharing(sizes):
+    """A note when a host's ranks outnumber its CPUs (rank 0's host's count), or None."""
+    for s in sizes:
+        cpus = s.get("cpus")
+        if not cpus:
+            continue
+        for host in dict.fromkeys(s["hosts"]):
+            count = s["hosts"].count(host)
+            if count > cpus:
+                return (f"note: {count} ranks share {cpus} CPUs on {host}: a rank waits its turn "
+                        "for a core, and a busy-waiting backend (oneCCL's) makes that turn long; "
+                        "lateness there is the sharing's as much as a straggler's")
+    return None
+
+
 def render(sizes):
-    lines = []
+    lines = [line for line in [_sharing(sizes)] if line]
     for s in sizes:
         group = f", group {s['group']}" if s.get("group") is not None else ""
         size = f" {units.size(s['size_bytes'])}" if s["size_bytes"] is not None else ""
