@@ -478,13 +478,14 @@ def test_a_rank_stopped_50_ms_of_every_150_is_named_and_its_period_found(tmp_pat
 @pytest.mark.serial
 def test_a_rank_stopped_40_ms_of_every_100_of_two_is_named(tmp_path):
     """2 ranks, rank 1 stopped 40 ms of every 100: rank 1 named in most sizes, rank 0 in at
-    most one; a period in time of about 100 ms (or half of it)."""
+    most one; a period in time of about 100 ms (or the half or third of it that the stall's
+    start and end make together)."""
     sizes, text = _stalled_torchrun(tmp_path, 2, 1, 40, 100, "--maxsize=14", "--trials=100")
     named = _named(sizes)
     assert named.get(1, 0) >= 0.7 * len(sizes) and named.get(0, 0) <= 1, (named, text)
     period = _period_of(text)
-    assert period is not None and any(abs(period - 0.1 / n) < 0.05 * 0.1 / n for n in (1, 2)), \
-        text
+    assert period is not None and any(abs(period - 0.1 / n) < 0.05 * 0.1 / n
+                                      for n in (1, 2, 3)), text
 
 
 @pytest.mark.serial
