@@ -104,6 +104,10 @@ def test_every_shown_command_uses_what_exists(page, number, command):
     script = words[at]
     assert (ROOT / script).is_file(), f"{where}: {script} does not exist"
     rest = words[at + 1:]
+    if script.startswith("scripts/") and "--" in rest:  # a wrapper (scripts/stall.py -- CMD)
+        wrapped = " ".join(shlex.quote(word) for word in rest[rest.index("--") + 1:])
+        test_every_shown_command_uses_what_exists(page, number, wrapped)
+        rest = rest[:rest.index("--")]
     subcommand = rest[0] if script == "report.py" and rest else None
     options = known_options(script, subcommand)
     used = {OPTION.match(word).group() for word in rest if OPTION.match(word)}

@@ -298,6 +298,12 @@ def _period_line(sizes):
             f"trials; false alarms {lateness.FALSE_ALARM:.0%})")
 
 
+def _mark(s, witness, rank):
+    """The arrow on a witness's line: that witness named this rank, and it is the straggler."""
+    named = s["witnesses"].get(witness, (None, 0))[0]
+    return "   <- straggler" if rank == s["straggler"] and named == rank else ""
+
+
 def _sharing(sizes):
     """A note when a host's ranks outnumber its CPUs (rank 0's host's count), or None."""
     for s in sizes:
@@ -339,7 +345,7 @@ def render(sizes):
             index = s["ranks"].index(row["rank"])
             if not row["last"]:
                 continue
-            mark = "   <- straggler" if row["rank"] == s["straggler"] else ""
+            mark = _mark(s, "clock", row["rank"])
             lines.append(f"  last to call  rank {row['rank']} on {s['hosts'][index]}: "
                          f"{row['last']} of {s['trials']} trials beyond the clocks' error, by "
                          f"{units.duration(row['total_late_s'] / row['last'])} on average, "
@@ -349,13 +355,13 @@ def render(sizes):
                          "the clocks' error (not counted)")
         for row in [r for r in (s["by_call"] or [])[:1] if r["caused_s"] > 0] if many else []:
             index = s["ranks"].index(row["rank"])
-            mark = "   <- straggler" if row["rank"] == s["straggler"] else ""
+            mark = _mark(s, "call time", row["rank"])
             lines.append(f"  shortest call rank {row['rank']} on {s['hosts'][index]}: "
                          f"{row['shortest']} of {s['trials']} trials, the others waited "
                          f"{units.duration(row['caused_s'])} in all for it{mark}")
         for row in [r for r in (s["by_stopped"] or [])[:1] if r["caused_s"] > 0] if many else []:
             index = s["ranks"].index(row["rank"])
-            mark = "   <- straggler" if row["rank"] == s["straggler"] else ""
+            mark = _mark(s, "not run", row["rank"])
             lines.append(f"  not run       rank {row['rank']} on {s['hosts'][index]}: the longest "
                          f"in {row['longest']} of {s['trials']} trials, "
                          f"{units.duration(row['caused_s'])} in all beyond the others{mark}")
