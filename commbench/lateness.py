@@ -2,7 +2,7 @@
 late or slowest (report.py trials, its HTML section, replay's --per-trial, --stats' slowest
 rank), and the test for a period in time. Pure figures: no torch, no ranks.
 
-Two witnesses, each counted per trial (commbench/trials.py's figures, on rank 0's clock):
+Three witnesses, each counted per trial (commbench/trials.py's figures, on rank 0's clock):
 
   clock      the rank that called last, and by how much after the next latest call (the lead:
              the least that any other rank waited for it). A lead counts only when it is larger
@@ -11,10 +11,10 @@ Two witnesses, each counted per trial (commbench/trials.py's figures, on rank 0'
   call time  needs no clock: in a collective where every rank waits for every other (all_reduce,
              all_gather, reduce_scatter, all_to_all(v), barrier, a replay's pass), the rank that
              calls last spends the least time in the call, and the others wait for it: the rank
-             with the shortest call, and the median of the others' calls less its own (the
-             waiting it caused). Not for rooted ops and pt2pt, whose root or sender may leave
-             early by design.
-
+             with the shortest call, and the shortest of the others' calls less its own (the
+             least that any other waited for it: a rank stalled inside its own call does not
+             make another look late). Not for rooted ops and pt2pt, whose root or sender may
+             leave early by design.
   not run    needs no other clock either: each rank's process notes the time it did not run
              (clocks.Hiccups: stopped, descheduled, paused), so a stall that lands inside a
              collective, where every rank's call is long, still has an author: per trial, the
@@ -27,16 +27,19 @@ most trials of a quiet run slows no one that matters), and chance would not put 
 rank: drawing each counted trial's rank at random, DRAWS times, puts as much on one rank in at
 most CHANCE of the draws. The evidence so tested is the run's (every size's of the same ranks
 pooled, in report.py trials: a real straggler is late in size after size, a quiet run's chance
-concentrations are not), or the one size's (--stats, whose rows print as they are measured). The verdict names a
-straggler when a witness names it and no witness names another (two witnesses naming different
-ranks: none, and it says so); and the clocks alone do not name one that the call times, where
-they can judge, do not bear out (the waiting they count for it at least half the clocks'): on 2
-busy cores 3 ranks fall into a staggered rhythm, each calling a few ms after the next and each
-as long in the call, so the clocks see one rank always last while no one waited for it.
+concentrations are not), or the one size's (--stats, whose rows print as they are measured).
 
-A spike (a trial over FACTOR x the steady median) whose slowest rank was not late by more than
-half the spike's excess, by either witness, is a stall inside the call: the ranks whose calls
-were long are listed.
+The verdict names a straggler when a witness names it and no witness names another (two
+witnesses naming different ranks: none, and it says so); and the clocks alone do not name one
+that the call times, where they can judge, do not bear out (the waiting they count for it at
+least half the clocks'): on 2 busy cores 3 ranks fall into a staggered rhythm, each calling a
+few ms after the next and each as long in the call, so the clocks see one rank always last
+while no one waited for it.
+
+A spike (a trial over FACTOR x the steady median) is a late call when a rank came late by at
+least half the spike's excess (by the clocks or the call times), a rank not running when one
+did not run for that long, and otherwise a stall inside the call, with the ranks whose calls
+were long.
 """
 
 import math
