@@ -11,8 +11,8 @@ rank 0's wall clock against the poster's: exact on one host, as good as NTP acro
 Dead or stuck: each rank also holds a listening TCP socket (its "pulse"), opened at start-up on
 the address it reaches the rendezvous from, never accepted from and never read: the kernel of
 its host completes a connection to it while the process lives, stopped or hung or not, and
-refuses one once the process is gone. Rank 0 tries each silent rank's pulse once at the deadline
-(PROBE_S at most): refused is named "cannot be reached: its process is gone", no answer "its
+refuses one once the process is gone. Rank 0 tries every silent rank's pulse once at the
+deadline, all at once under one deadline of PROBE_S (probe_all): refused is named "cannot be reached: its process is gone", no answer "its
 host does not answer"; a completed connection keeps "did not reach". Nothing of it runs inside
 a timed window, and it costs one file descriptor a rank."""
 
@@ -20,6 +20,7 @@ import contextlib
 import errno
 import json
 import os
+import selectors
 import socket
 import threading
 import time
@@ -100,6 +101,71 @@ def probe(text, seconds=PROBE_S):
         return None
     except ValueError:
         return None
+
+
+PROBE_BATCH = 256  # pulses tried at once (each a file descriptor until it answers)
+
+
+def probe_all(texts, seconds=PROBE_S):
+    """probe() of many pulses at once ({rank: "address port"} -> {rank: state}): every
+    connection started together and all waited for under one deadline, so the answer comes
+    within `seconds` of the start whatever the number of silent ranks (PROBE_BATCH at a time:
+    ceil(n / PROBE_BATCH) deadlines at most)."""
+    states, pending = {}, list(texts.items())
+    while pending:
+        batch, pending = pending[:PROBE_BATCH], pending[PROBE_BATCH:]
+        with selectors.DefaultSelector() as selector:
+            for rank, text in batch:
+                states[rank] = _start(selector, rank, text)
+            deadline = time.monotonic() + seconds
+            while selector.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                for key, _ in selector.select(left):
+                    connection, rank = key.fileobj, key.data
+                    selector.unregister(connection)
+                    code = connection.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                    states[rank] = _state(code)
+                    connection.close()
+            for key in list(selector.get_map().values()):  # no answer by the deadline
+                states[key.data] = "silent"
+                key.fileobj.close()
+    return states
+
+
+def _state(code):
+    if code == 0:
+        return "alive"
+    if code == errno.ECONNREFUSED:
+        return "gone"
+    if code in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT):
+        return "silent"
+    return None
+
+
+def _start(selector, rank, text):
+    """A non-blocking connection to one pulse, registered with `selector` while it is under
+    way; the state when it is already decided (None: no pulse, or a malformed one)."""
+    if not text:
+        return None
+    try:
+        address, port = text.rsplit(" ", 1)
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        connection = socket.socket(family, socket.SOCK_STREAM)
+    except (ValueError, OSError):
+        return None
+    connection.setblocking(False)
+    try:
+        code = connection.connect_ex((address, int(port)))
+    except (ValueError, OSError):
+        connection.close()
+        return None
+    if code in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
+        selector.register(connection, selectors.EVENT_WRITE, rank)
+        return "silent"  # until it answers
+    connection.close()
+    return _state(code)
 
 
 def size_text(size_bytes):
@@ -233,7 +299,7 @@ class Whereabouts:
         posts = {r: _read(self.alarm, f"waiting/{r}") for r in range(self.world_size)}
         seen = {r: _read(self.alarm, f"seen/{r}") for r in range(self.world_size)
                 if posts[r] is None}
-        states = {r: self._probe(r) for r in seen}
+        states = probe_all({r: self._pulse(r) for r in seen})  # at once, one deadline
         line = name_absent(posts, seen, self.hostnames, time.time(), states)
         self._posted = [r for r in posts if r and posts[r] is not None]
         return f"{message.split('; a peer rank')[0]}: {line}"
@@ -247,13 +313,13 @@ class Whereabouts:
             return
         _wait(self.alarm, [f"left/{r}" for r in self._posted], 1.0)
 
-    def _probe(self, rank):
+    def _pulse(self, rank):
+        """The rank's pulse ("address port") as it posted it, or None."""
         try:
-            text = self.alarm.get(f"pulse/{rank}").decode() \
+            return self.alarm.get(f"pulse/{rank}").decode() \
                 if self.alarm.check([f"pulse/{rank}"]) else None
         except (RuntimeError, UnicodeDecodeError):
             return None
-        return probe(text) if text else None
 
 
 GONE = {"gone": "its process is gone (its host refused a connection to it)",

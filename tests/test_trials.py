@@ -188,6 +188,38 @@ def test_a_pulse_tells_a_dead_rank_from_a_stuck_one():
 
 
 @pytest.mark.fast
+def test_silent_pulses_are_probed_at_once_under_one_deadline():
+    """Ten ranks whose hosts do not answer (a listener with a full accept queue drops their
+    connections, as a host whose interface is down would), one alive, one gone, one with no
+    pulse: every state right, in one deadline (1 s), not one a rank (10 s)."""
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)
+    port = full.getsockname()[1]
+    held = []
+    for _ in range(3):  # fill its queue: further SYNs are dropped
+        client = socket.socket()
+        client.setblocking(False)
+        client.connect_ex(("127.0.0.1", port))
+        held.append(client)
+    time.sleep(0.2)
+    alive = whereabouts.open_pulse("127.0.0.1")
+    gone = whereabouts.open_pulse("127.0.0.1")
+    texts = {r: f"127.0.0.1 {port}" for r in range(10)}
+    texts[10] = "%s %d" % alive.getsockname()[:2]
+    texts[11] = "%s %d" % gone.getsockname()[:2]
+    texts[12] = None
+    gone.close()
+    started = time.monotonic()
+    states = whereabouts.probe_all(texts, 1.0)
+    took = time.monotonic() - started
+    for sock in held + [full, alive]:
+        sock.close()
+    assert states == {**{r: "silent" for r in range(10)}, 10: "alive", 11: "gone", 12: None}
+    assert took < 9.5, took  # one after another: 10 s at least
+
+
+@pytest.mark.fast
 def test_naming_in_replay_and_parallel_bench_by_pass_step_and_call():
     """Positions without a size: replay's pass and call index, a strategy's step and call; a
     Reading that fails gives its phase alone."""
