@@ -14,7 +14,8 @@ each case (`--cases`: healthy, slow host, slow link).
 (the last: two CPU-bound loops beside every check, a host capped at half of the healthy
 checks' median pair bandwidth, measured beside the same loops)
 
-Prints one line per check and a summary per host count; docs/doctor.md quotes it.
+Prints one line per check and a summary per host count; benchmarks/doctor-results.md keeps
+what it printed.
 """
 
 import argparse
