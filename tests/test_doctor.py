@@ -165,6 +165,26 @@ def test_a_slow_host_is_named_and_only_it(hosts, tmp_path):
 
 
 @serial
+def test_a_screen_of_three_hosts_runs_the_full_plan_and_names_the_slow_one(hosts, tmp_path):
+    """--plan screen on 3 hosts, one at 200 Mbit: its pairs are 2 of the 3, the screen's median
+    would be theirs (it called the fleet healthy, exit 0); it says so, runs every pair, and
+    names the slow host, exit 1."""
+    name, subnet = hosts(3)
+    slow_host(name, 2)
+    output = tmp_path / "three.jsonl"
+    stdout, stderrs, statuses = across(name, subnet, 3, 1, *QUICK, "--plan=screen",
+                                       f"--output={output}")
+    assert statuses == [1, 1, 1], stdout + stderrs[0]
+    assert "--plan screen judges each pair against the other pairs of its round, and 3 hosts " \
+        "make 1 a round" in stderrs[0], stderrs[0]
+    _, records, final = verdict_of(output)
+    assert final["suspect_hosts"] == [f"{name}2"] and final["unreachable"] == [], final
+    pairs = [r for r in records if r.get("phase") == "pairs"]
+    assert len({tuple(r["hosts"]) for r in pairs}) == 3  # every pair
+    assert "(.: a pair the screen did not measure)" not in stdout
+
+
+@serial
 def test_a_slow_link_is_named_and_neither_of_its_hosts(hosts, tmp_path):
     name, subnet = hosts(4)
     slow_link(name, subnet, 1, 2)

@@ -21,7 +21,7 @@ GBPS = 1e9 / 8
 def test_auto_is_full_up_to_the_stated_count_and_the_screen_above():
     assert plan.resolve("auto", plan.AUTO_FULL_HOSTS) == "full"
     assert plan.resolve("auto", plan.AUTO_FULL_HOSTS + 1) == "screen"
-    assert plan.resolve("screen", 4) == "screen" and plan.resolve("full", 4096) == "full"
+    assert plan.resolve("screen", 8) == "screen" and plan.resolve("full", 4096) == "full"
     assert len(plan.make("full", 8)) == 7 and len(plan.make("screen", 8, rounds=5)) == 5
 
 
@@ -447,3 +447,15 @@ def test_under_the_full_plan_the_fleet_is_predicted_from_every_pair():
     asked = []
     bisect.run(figures, judgement, lambda groups, n: asked.append(groups) or [0.4 * GBPS], 1)
     assert asked == [[[0, 1, 2, 3, 4]]] and figures.fleet_log[0][3] == pytest.approx(0.4 * GBPS)
+
+
+@pytest.mark.fast
+def test_a_screen_of_too_few_hosts_runs_the_full_plan_and_says_why():
+    from commbench.doctor import plan
+    assert [plan.resolve("screen", n) for n in (2, 3, 7, 8, 64)] == \
+        ["full", "full", "full", "screen", "screen"]
+    assert plan.resolve("auto", 3) == "full" and plan.resolve("full", 64) == "full"
+    line = plan.screen_fallback("screen", 3)
+    assert "3 hosts make 1 a round" in line and "every pair in 3 rounds" in line, line
+    assert "every pair in 5 rounds" in plan.screen_fallback("screen", 6)
+    assert plan.screen_fallback("screen", 8) is None and plan.screen_fallback("auto", 3) is None

@@ -25,11 +25,28 @@ DEFAULT_ROUNDS = 3
 SCAN = 64  # partners looked at from the fast end before any constraint is relaxed
 
 
+SCREEN_MIN_HOSTS = 8  # the screen judges a pair against its round's others: 4 pairs a round
+
+
 def resolve(plan, count):
-    """The plan a check of `count` hosts runs: `auto` becomes full or screen."""
+    """The plan a check of `count` hosts runs: `auto` becomes full or screen; a screen asked of
+    fewer than SCREEN_MIN_HOSTS hosts becomes full (screen_fallback says why)."""
     if plan == "auto":
         return "full" if count <= AUTO_FULL_HOSTS else "screen"
+    if plan == "screen" and count < SCREEN_MIN_HOSTS:
+        return "full"
     return plan
+
+
+def screen_fallback(asked, count):
+    """The line that says a screen asked of too few hosts runs the full plan, or None."""
+    if asked != "screen" or count >= SCREEN_MIN_HOSTS or count < 2:
+        return None
+    return (f"--plan screen judges each pair against the other pairs of its round, and {count} "
+            f"hosts make {count // 2} a round: too few to tell a slow host whose pairs are the "
+            f"majority (3 hosts, one slow: 2 of its 3 pairs); the full plan runs instead, every "
+            f"pair in {count - 1 if count % 2 == 0 else count} rounds (the screen from "
+            f"{SCREEN_MIN_HOSTS} hosts on)")
 
 
 class Full:

@@ -73,7 +73,9 @@ def report(figures, judgement, per_host):
                          lambda link, _: f"{link.both_Bps * scale:.3f}")
         lines += _matrix(figures, "Latency (us), one way:",
                          lambda link, _: f"{link.latency_s * 1e6:.1f}")
-        if not figures.full:
+        live = [i for i in range(len(names)) if i not in figures.unreachable]
+        if not figures.full and any(figures.link(i, j) is None
+                                    for i in live for j in live if i < j):
             lines += ["", "(.: a pair the screen did not measure)"]
         if figures.unreachable and len(names) > 1:
             gone = ", ".join(names[h] for h in sorted(figures.unreachable))

@@ -103,6 +103,9 @@ def _say_plan(check, planner):
                        f"{args.seed}{', across switches' if check.topology else ''})" if screen
                        else f"{hosts * (hosts - 1) // 2} pairs of hosts in {len(planner)} rounds")
                       if hosts > 1 else "no links between hosts to check (one host)"))
+    fallback = plan.screen_fallback(args.plan, hosts)
+    if fallback:
+        note(check.comm, f"doctor: {fallback}")
     if check.topology_note:
         note(check.comm, f"doctor: {check.topology_note}")
 
