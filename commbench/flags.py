@@ -69,3 +69,13 @@ def unrecognized(parser, extra):
     if guesses:
         message += f"; did you mean {' or '.join(guesses)}?"
     return message
+
+
+def argument(parse):
+    """A flag's type from a parser that raises ValueError with the reason (argparse's line)."""
+    def convert(text):
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return convert

@@ -1,7 +1,7 @@
 """Running an op: for each message size, its buffers and passes (onesize.py times, checks and
 records a size), the tables of a run's dtypes and layouts; the run's start (process group and
 results file) and end. The entry point every script hands its run function to is entry.py's
-`cli` (here too, as the op scripts call it)."""
+`cli`, above the ops (it parses their flags): nothing here imports it."""
 
 import os
 import time
@@ -10,7 +10,6 @@ import torch
 
 from .comm import init_comm
 from .dtypes import dtypes_for, get_dtype
-from .entry import cli, exit_without_finalising, guarded  # noqa: F401 (the scripts' names)
 from .errors import BenchmarkError, UsageError
 from .guard import RESULTS_LOCK, agree_to_go_on, deadline, peer_failure
 from .layer import processor_model

@@ -16,7 +16,6 @@ import time
 from ..errors import BenchmarkError
 from . import schema
 
-from ..outputs import ENVIRONMENT  # noqa: F401  (COMMBENCH_DB: read there)
 DEFAULT = "results/commbench.db"
 BUSY_TIMEOUT_S = 60
 CONNECT_TIMEOUT_S = 5

@@ -8,7 +8,7 @@ import torch
 
 from commbench import harness
 from commbench.collective import SPLIT, Collective, bound
-from commbench.cli import argument
+from commbench.flags import argument
 from commbench.numbers import int_at_least
 from commbench.traffic import Traffic, parse_skew, read_matrix
 

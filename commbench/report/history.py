@@ -7,7 +7,7 @@ import os
 import sys
 
 from .. import units
-from ..db import history, power, store as stores
+from ..db import ENVIRONMENT, history, power, store as stores
 from ..errors import BenchmarkError
 from .runs import ReportError, ReportUsageError
 
@@ -15,9 +15,9 @@ from .runs import ReportError, ReportUsageError
 def _open(where, read_only=True):
     """The database at --db (or $COMMBENCH_DB). The commands that only read open it read-only:
     a database that is not there is one line and exit 2, and none is created."""
-    where = where or os.environ.get(stores.ENVIRONMENT)
+    where = where or os.environ.get(ENVIRONMENT)
     if not where:
-        raise ReportUsageError(f"give --db URL (or set {stores.ENVIRONMENT})")
+        raise ReportUsageError(f"give --db URL (or set {ENVIRONMENT})")
     try:
         return stores.Store(where, read_only=read_only)
     except stores.StoreMissing as error:

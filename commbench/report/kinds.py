@@ -6,7 +6,7 @@ so a kind that another's test would also take comes before it (a doctor.py run b
 results file; a document that quotes tables before a saved table).
 
 `kind_of(path)` reads the file once and names its kind; `load_run` and `section_of` are what
-the commands read through it (runs.load_run, html.py); a new kind is one row here (its reader in
+the commands read through it (cli.py, html.py); a new kind is one row here (its reader in
 runs.py, its section in sections.py; docs/extending.md). Standard library only."""
 
 import json

@@ -64,13 +64,6 @@ def bandwidth_label(unit):
     return BW_UNITS.get(unit, BW_UNITS["Gbps"])[1]
 
 
-def load_run(path):
-    """The Run in `path`, whatever kind of input holds it (recognised from its content:
-    kinds.KINDS); one line for a file that holds none."""
-    from .kinds import load_run as loaded  # kinds.py builds on this module's readers
-    return loaded(path)
-
-
 def _label(meta, path):
     if meta.get("dist"):
         layer = "deepspeed.comm" if meta["dist"] == "deepspeed" else "torch.distributed"
