@@ -1,14 +1,13 @@
 """The descriptor an op script fills in (nccl-tests' idea): buffers, the one call, the
-bandwidth factors, the single-size rule and the expected result. Bandwidth comes from it."""
+bandwidth factors, the single-size rule and the expected result. Bandwidth comes from it. The
+op's facts (factors, size rule, whether it reduces or moves data) come from its row of
+opfacts.FACTS (`Collective.of`)."""
 
 import functools
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-# How a single-size run sizes its message from the memory it may use (SPEC §4).
-WHOLE = "whole"  # E = M / es, with twice the memory factor (no output buffer)
-GATHERED = "gathered"  # E = 2^floor(log2(M / es / n)); output is n times the input
-SPLIT = "split"  # E = n * 2^floor(log2(M / es / n)); divisible by n
+from .opfacts import GATHERED, SPLIT, WHOLE, OpFacts  # noqa: F401  (the ops' names)
 
 
 @dataclass(frozen=True)
@@ -60,6 +59,15 @@ class Collective:
     # scripts' command line, which every op script shares (run_all.py runs them all); each a
     # field of settings.Settings too
     flags: Optional[Callable] = None
+
+    @classmethod
+    def of(cls, facts: OpFacts, **fields) -> "Collective":
+        """The descriptor of the op whose facts are `facts` (its row of opfacts.FACTS), with the
+        rest of its fields: its call, buffers and expected result."""
+        given = dict(name=facts.name, algbw_factor=facts.algbw_factor,
+                     busbw_factor=facts.busbw_factor, size_rule=facts.size_rule,
+                     reduces=facts.reduces, payload=facts.payload)
+        return cls(**{**given, **fields})  # a field given here wins (all_to_allv's busbw)
 
 
 def bound(function, *args, async_op=False):
