@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed

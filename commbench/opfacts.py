@@ -8,7 +8,7 @@ Standard library only: report/ and db/ import no torch, and neither does this ta
 a row here (docs/extending.md)."""
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from collections.abc import Callable
 
 # How a single-size run sizes its message from the memory it may use (SPEC §4).
 WHOLE = "whole"  # E = M / es, with twice the memory factor (no output buffer)
@@ -23,7 +23,7 @@ class OpFacts:
     busbw_factor: Callable[[int], float]  # BusBW = factor(n) * S / t
     size_rule: str  # WHOLE, GATHERED or SPLIT
     legend: tuple[str, str]  # report.py html's legend: Throughput's and BusBW's formulas
-    root: Optional[int] = None  # the op scripts' root rank; None: the op has none
+    root: int | None = None  # the op scripts' root rank; None: the op has none
     reduces: bool = False  # --op applies; a trace's call carries a reduce op
     payload: bool = True  # False: moves no data (barrier): no sizes, no bandwidth
 

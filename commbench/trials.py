@@ -25,7 +25,6 @@ import base64
 import math
 import struct
 from dataclasses import dataclass, field
-from typing import Optional
 
 from . import clocks
 
@@ -92,10 +91,10 @@ class Trials:
     arrivals: list  # [rank index][trial]: the call after the first rank's call of that trial
     error: float  # the bound of an arrival's error (the worst host's)
     clock: str  # "shared", "measured", or "barrier" (files of earlier versions)
-    first: Optional[list] = None  # [trial]: the first call after the origin
-    in_call: Optional[list] = None  # [rank index][trial]: from the call to its return
-    stopped: Optional[list] = None  # [rank index][trial]: the time its process did not run
-    origin: Optional[float] = None  # the origin on rank 0's clock
+    first: list | None = None  # [trial]: the first call after the origin
+    in_call: list | None = None  # [rank index][trial]: from the call to its return
+    stopped: list | None = None  # [rank index][trial]: the time its process did not run
+    origin: float | None = None  # the origin on rank 0's clock
     host_errors: dict = field(default_factory=dict)
 
     @property

@@ -78,8 +78,7 @@ def load(store, tag=None, ops=None, since=None):
                 .group_by(*columns, band))
     if ops:
         per_band = per_band.where(results.c.op.in_(list(ops)))
-    per_band = per_band.subquery()
-    b = per_band.c
+    b = per_band.subquery().c
     query = (select(runs.c.id, runs.c.started_at, runs.c.dist, runs.c.backend, runs.c.device,
                     runs.c.world_size, b.op, b.dtype, b.reduce_op, b.groups, b.group_no, b.band,
                     b.sizes, b.smallest, b.largest, b.log_mean)
@@ -90,7 +89,7 @@ def load(store, tag=None, ops=None, since=None):
         query = query.where(runs.c.started_at >= since)
     with store.connection.begin():
         rows = store.connection.execute(query).all()
-    found = {}
+    found: dict = {}
     metric = {name: kind for name, _, _, kind in BANDS}
     for (run, when, dist, backend, device, world, op, dtype, reduce_op, groups, group, name,
          count, smallest, largest, value) in rows:
@@ -114,7 +113,7 @@ def _largest_u(ranks):
     return numpy.where(allowed, u, -1)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _null(n):
     """Pettitt's largest |U| over PERMUTATIONS orders of the ranks 1..n, sorted: the test's own
     distribution for a series of n runs, drawn once (a fixed seed: one series, one verdict)."""
@@ -188,7 +187,7 @@ def _interval(before, after, rng):
 def split_points(values, alpha=ALPHA):
     """Where `values` changed, oldest first, by binary segmentation with Pettitt's test."""
     values = numpy.asarray(values, dtype=float)
-    found = []
+    found: list = []
 
     def split(low, high):
         if len(found) >= MAX_CHANGES:

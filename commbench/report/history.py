@@ -212,7 +212,7 @@ def run_to_run(where, meta):
         store.close()
     want = {"dist": meta.get("dist"), "backend": meta.get("backend"),
             "device": meta.get("device"), "world_size": meta.get("world_size")}
-    spreads = {}
+    spreads: dict = {}
     for series in found:
         op, dtype, _, groups, _, dist, backend, device, world, band = series.key
         if groups or {"dist": dist, "backend": backend, "device": device,

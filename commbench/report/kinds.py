@@ -12,7 +12,7 @@ runs.py, its section in sections.py; docs/extending.md). Standard library only."
 import json
 import re
 from dataclasses import dataclass
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from .. import results
 from ..trace import dscomms, formats
@@ -30,16 +30,16 @@ class Kind:
     name: str
     recognise: Callable  # (path, text) -> bool: text is the whole file, read once
     what: str  # what the file is, as a line names it: "a saved table of this suite"
-    run: Optional[Callable] = None  # (path, text) -> runs.Run; None: it holds no run
-    refusal: Optional[str] = None  # why it holds no run: "{path}: {refusal}", one line
+    run: Callable | None = None  # (path, text) -> runs.Run; None: it holds no run
+    refusal: str | None = None  # why it holds no run: "{path}: {refusal}", one line
     # (path, text, read) -> (section, Run or None) (sections.of_*); None: refused, as `run`
-    section: Optional[Callable] = None
+    section: Callable | None = None
     # (a, b, noise, format) -> the text `report.py compare A B` prints, A of this kind;
     # None: A and B are runs compared size by size
-    compare: Optional[Callable] = None
+    compare: Callable | None = None
     # (path, output): how `report.py plot` draws a file of this kind given alone; None: its
     # curves, with those of the other runs given
-    plot: Optional[Callable] = None
+    plot: Callable | None = None
 
     def read(self, path, text):
         """The Run in the file, or this kind's one line."""

@@ -30,7 +30,7 @@ def load(path):
         raise ReportError(f"cannot read {path}: {error.strerror}") from None
     except ValueError as error:
         raise ReportError(f"{path}: not a results file of parallel_bench.py ({error})") from None
-    meta = next((line for line in lines if line.get("type") == "meta"), {})
+    meta: dict = next((line for line in lines if line.get("type") == "meta"), {})
     records = [line for line in lines if line.get("type") == "strategy"]
     if meta.get("kind") != "strategies" or not records:
         raise ReportError(f"{path}: no strategy runs in it (write one with parallel_bench.py "
@@ -53,7 +53,7 @@ def workload(meta, records, gpu_mem_gb, **extra):
     if "stage3_prefetch_bucket_size" in zero3:
         extra.setdefault("prefetch_bytes",
                          float(zero3["stage3_prefetch_bucket_size"]) * model["element_size"])
-    zero12 = next((_zero_config(degrees[s]) for s in ("zero1", "zero2") if s in degrees), {})
+    zero12: dict = next((_zero_config(degrees[s]) for s in ("zero1", "zero2") if s in degrees), {})
     if "reduce_bucket_size" in zero12:
         extra.setdefault("zero_bucket_elements", float(zero12["reduce_bucket_size"]))
     return strategy.Workload(
@@ -79,7 +79,7 @@ def _ratio(measured, estimated):
 
 
 def _by_op(collectives):
-    found = {}
+    found: dict = {}
     for c in collectives:
         found[c.op] = found.get(c.op, 0.0) + c.count * c.message
     return found

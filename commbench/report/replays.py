@@ -16,7 +16,7 @@ def load(path):
     meta, calls, summary = None, {}, None
     try:
         with open(path, encoding="utf-8") as source:
-            for number, line in enumerate(source, 1):
+            for number, line in enumerate(source, 1):  # noqa: B007 (the except names it)
                 if not line.strip():
                     continue
                 record = json.loads(line)
@@ -64,7 +64,7 @@ def _ratio(windows_a, windows_b, noise):
 
 def _kind_windows(calls, kind_of):
     """{kind: [per pass: the slowest rank's sum]}"""
-    sums = {}  # kind -> rank -> [per pass]
+    sums: dict = {}  # kind -> rank -> [per pass]
     for (rank, _), call in calls.items():
         times = call.get("times_s")
         if not times:

@@ -149,8 +149,8 @@ def op_tables(meta, records, run):
     interval = any(r.get("ci95_low_s") is not None for r in records)
     overlap = any(r.get("overlap_pct") is not None for r in records)
     unit = meta.get("bw_unit") or "Gbps"
-    tables = {}
-    keys = {}
+    tables: dict = {}
+    keys: dict = {}
     for record in records:
         key = record_key(record, run is not None and run.dtype is None)
         keys.setdefault(key, []).append(record)

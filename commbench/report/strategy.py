@@ -94,9 +94,9 @@ class Workload:
     # ZeRO-1/2's all_gather of the updated partitions, in messages of this many elements (None:
     # zero_bucket_elements; DeepSpeed 0.19.8 gathers each partition in one all_gather_into_tensor
     # whatever allgather_bucket_size says, which infinity stands for)
-    allgather_bucket_elements: float = None
+    allgather_bucket_elements: float | None = None
     # ZeRO-3's reduce_scatter in messages of this many bytes (None: prefetch_bytes)
-    reduce_scatter_bytes: float = None
+    reduce_scatter_bytes: float | None = None
     # ZeRO-3: parameters still gathered at the turn from forward to backward, not gathered again
     # in backward (DeepSpeed keeps a parameter whose next use is within stage3_max_reuse_distance)
     stage3_kept_elements: float = 0
@@ -169,8 +169,11 @@ def plans(w):
     k = 12 if w.element_size == 2 else 8
     states = weight + grad + k
     ring = (n - 1) / n
-    whole = (lambda b: b)
-    per_rank = (lambda b: b / n)  # all_gather's Size is the input of one rank
+    def whole(b):
+        return b
+
+    def per_rank(b):  # all_gather's Size is the input of one rank
+        return b / n
     zero_bucket = w.zero_bucket_elements * w.element_size
     m = w.micro_batches  # gradient accumulation steps
     gather_bucket = zero_bucket if w.allgather_bucket_elements is None else \

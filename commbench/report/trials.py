@@ -129,7 +129,7 @@ def analyse(path, factor=2.0):
 
     def bounds_of(t):
         return [t.host_errors.get(hosts[r] if r < len(hosts) else "?", t.error) for r in t.ranks]
-    pools = {}  # the evidence of every size of the same ranks (and op kind) together
+    pools: dict = {}  # the evidence of every size of the same ranks (and op kind) together
     for record, t in found:
         key = (tuple(t.ranks), lateness.symmetric(record.get("op")))
         pools.setdefault(key, []).append(lateness.witnesses(t, record.get("op"), bounds_of(t)))
@@ -267,7 +267,9 @@ def _spike_words(s):
     kinds = s["spike_kinds"]
     if not kinds or len(s["ranks"]) < 2:
         return ""
-    late, stopped, inside = {}, {}, []
+    late: dict = {}
+    stopped: dict = {}
+    inside: list = []
     for kind, who, _ in kinds.values():
         if kind == "late":
             late[who] = late.get(who, 0) + 1

@@ -15,7 +15,7 @@ counts) and trace.capture.Tracer (what it records). A function torch adds is one
 """
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

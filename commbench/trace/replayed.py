@@ -7,7 +7,7 @@ Known values (engine.py's docstring): ones for the reductions, w(sender, receive
 whatever travels from one rank to another."""
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed

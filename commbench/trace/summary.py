@@ -155,7 +155,7 @@ def union(intervals):
 def job_in_flight(trace, kind=None):
     """The slowest rank's time with at least one call (of `kind`) in flight, as the job ran."""
     spans = []
-    for rank, calls in trace.ranks.items():
+    for _rank, calls in trace.ranks.items():
         chosen = [c for c in calls if c.op != "wait" and (kind is None or c.kind == kind)]
         if any(c.start_s is None or c.duration_s is None for c in chosen):
             return None
