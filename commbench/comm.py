@@ -142,11 +142,6 @@ class Comm:
         torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MIN)
         return int(value.item())
 
-    def sum_over_ranks(self, number):
-        value = torch.tensor([number], dtype=torch.int64, device=self.device)
-        torch.distributed.all_reduce(value)
-        return int(value.item())
-
     def gather_figures(self, figures):
         """Every rank's list of floats (all of one length), on every rank."""
         mine = torch.tensor(figures, dtype=torch.float64, device=self.device)

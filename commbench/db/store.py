@@ -17,7 +17,6 @@ from typing import cast
 from ..errors import BenchmarkError
 from . import schema
 
-DEFAULT = "results/commbench.db"
 BUSY_TIMEOUT_S = 60
 CONNECT_TIMEOUT_S = 5
 _PG_LOCK = 38_0001  # pg_advisory_xact_lock's key: migrations one at a time
