@@ -51,7 +51,8 @@ _ROWS = (
     # S the busiest sender's bytes; BusBW the busiest rank's bytes to or from the others (the
     # splits' own factor, ops/all_to_allv.py; all_to_all's when even). Sizes as all_to_all's.
     OpFacts("all_to_allv", lambda n: 1, lambda n: (n - 1) / n, SPLIT,
-            ("S/t", "(S/t)·(n−1)/n, even splits")),
+            ("S/t (S: the busiest sender's bytes)",
+             "B/t (B: the busiest rank's bytes to or from the others)")),
     OpFacts("barrier", lambda n: 0, lambda n: 0, WHOLE, ("-", "-"), payload=False),
 )
 
