@@ -279,7 +279,8 @@ def _output_and_limit_flags(parser):
     parser.add_argument("--output", metavar="PATH",
                         help="write results to PATH as it runs: .jsonl, .csv or .json")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace an existing --output file (default: write PATH.1, PATH.2, ...)")
+                        help="replace an existing --output file (default: write PATH.1, "
+                             "PATH.2, ...)")
     add_store_flags(parser)
     parser.add_argument("--time-budget", type=_positive_seconds, default=None, metavar="SECONDS",
                         help="per message size, time about this long: the trial count comes "

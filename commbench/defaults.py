@@ -49,7 +49,8 @@ ALL_GATHER_ONE_TENSOR_EXTRA_FACTOR = 0.2
 
 # Single-size memory plan (commbench.sizes.plan_single_size): the buffers an op allocates, the
 # copies the backend stages them through, and these reserves must fit in this fraction of the
-# memory the rank may plan on. The rest is left to the OS, the allocator and the process's own growth.
+# memory the rank may plan on. The rest is left to the OS, the allocator and the process's own
+# growth.
 USABLE_MEMORY_FRACTION = 0.9
 # The backend's fixed working buffers (gloo's ring chunks: ~4 MiB measured at 2 and 3 ranks).
 BACKEND_MEMORY_RESERVE = 64 << 20

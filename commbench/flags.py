@@ -1,6 +1,6 @@
 """What every command line of the suite does alike (the op scripts', report.py's,
-parallel_bench.py's): `--version`; a flag is spelled out in full (argparse's abbreviations would take
-`--trial 3` for `--trials 3`, and a later flag could change what an old command line means),
+parallel_bench.py's): `--version`; a flag is spelled out in full (argparse's abbreviations would
+take `--trial 3` for `--trials 3`, and a later flag could change what an old command line means),
 and an unknown one gets a "did you mean". Standard library only."""
 
 import argparse

@@ -27,12 +27,13 @@ most trials of a quiet run slows no one that matters), and chance would not put 
 rank: drawing each counted trial's rank at random, DRAWS times, puts as much on one rank in at
 most CHANCE of the draws. The evidence so tested is the run's (every size's of the same ranks
 pooled, in report.py trials: a real straggler is late in size after size, a quiet run's chance
-concentrations are not), or the one size's (--stats, whose rows print as they are measured). The verdict names a
-straggler when a witness names it and no witness names another (two witnesses naming different
-ranks: none, and it says so); and the clocks alone do not name one that the call times, where
-they can judge, do not bear out (the waiting they count for it at least half the clocks'): on 2
-busy cores 3 ranks fall into a staggered rhythm, each calling a few ms after the next and each
-as long in the call, so the clocks see one rank always last while no one waited for it.
+concentrations are not), or the one size's (--stats, whose rows print as they are measured). The
+verdict names a straggler when a witness names it and no witness names another (two witnesses
+naming different ranks: none, and it says so); and the clocks alone do not name one that the call
+times, where they can judge, do not bear out (the waiting they count for it at least half the
+clocks'): on 2 busy cores 3 ranks fall into a staggered rhythm, each calling a few ms after the
+next and each as long in the call, so the clocks see one rank always last while no one waited
+for it.
 
 A spike (a trial over FACTOR x the steady median) whose slowest rank was not late by more than
 half the spike's excess, by either witness, is a stall inside the call: the ranks whose calls

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a user sees of a fixed set of commands, with the figures masked: before and after a refactor.
+"""What a user sees of a fixed set of commands, figures masked: before and after a refactor.
 
     scripts/behaviour.py record FILE     run the commands, write what they showed to FILE (JSON)
     scripts/behaviour.py compare A B     the differences between two records; exit 1 if any

@@ -11,8 +11,9 @@ change-point problem") says whether a series changed, by binary segmentation (ea
 again, at most 3 changes, each side at least 5 runs). The test ranks the runs, so it weighs a
 shift against the spread of the runs themselves and one wild run moves it little; a change is
 claimed at p < 0.01 (below 40 runs the p is drawn from 4,000 permutations of the ranks, the
-closed form being far too cautious there). Where it lies: the split of least squares of the log figures (clamped to
-their 2.5 and 97.5 percentiles), which places a step more precisely than the ranks.
+closed form being far too cautious there). Where it lies: the split of least squares of the log
+figures (clamped to their 2.5 and 97.5 percentiles), which places a step more precisely than the
+ranks.
 Its size is the ratio of the medians after and before, with a 95% bootstrap interval (1,000
 resamples of each side).
 """

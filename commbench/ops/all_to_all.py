@@ -1,4 +1,5 @@
-"""all_to_all: rank r sends its j-th of n equal chunks to rank j and receives chunk r of every rank."""
+"""all_to_all: rank r sends its j-th of n equal chunks to rank j and receives chunk r of every
+rank."""
 
 import functools
 

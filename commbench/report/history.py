@@ -194,9 +194,9 @@ def show(args):
 # --------------------------------------------------------------------------- compare --db
 
 def run_to_run(where, meta):
-    """{(op, band): (runs, half, smallest found)} from the database's runs of the configuration `meta` (a
-    results file's meta record) describes: what two processes of one command differ by, the
-    half-width (in log) of the 95% prediction interval of log(a / b) for two new runs, t(df) x s
+    """{(op, band): (runs, half, smallest found)} from the database's runs of the configuration
+    `meta` (a results file's meta record) describes: what two processes of one command differ by,
+    the half-width (in log) of the 95% prediction interval of log(a / b) for two new runs, t(df) x s
     x sqrt 2, where s is the standard deviation of the runs' log band figures about their
     regime's mean (the regimes between changes; df = runs - regimes). The plain standard
     deviation, not a robust one: the runs of one command are heavy-tailed (oneCCL here: 32 to

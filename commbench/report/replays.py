@@ -1,7 +1,7 @@
 """`report.py compare A B` of two replays of one trace (replay.py --output): the pass, each op
 kind and each call, B against A, each the median of its passes (as replay.py prints them), and
-every call marked slower or faster listed. With several passes a side (--repeat), every ratio gets the
-95% interval compare.py gives sizes (Welch's, on the log times of the passes), and a change is
+every call marked slower or faster listed. With several passes a side (--repeat), every ratio gets
+the 95% interval compare.py gives sizes (Welch's, on the log times of the passes), and a change is
 marked only when its interval excludes 1 and it is beyond the noise threshold."""
 
 import json

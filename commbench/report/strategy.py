@@ -181,7 +181,8 @@ def plans(w):
     gathered = _bucketed("all_gather", gradients, gather_bucket, n, ring, per_rank)
     gathers = 2 if w.regathers else 1
     result = [
-        Plan("DDP", states * p, _bucketed("all_reduce", gradients, w.bucket_bytes, n, 2 * ring, whole)),
+        Plan("DDP", states * p,
+             _bucketed("all_reduce", gradients, w.bucket_bytes, n, 2 * ring, whole)),
         Plan("ZeRO-1", (weight + grad) * p + k * p / n,
              _bucketed("all_reduce", gradients, zero_bucket, n, 2 * ring, whole) + gathered,
              note="DeepSpeed: all_reduce of the gradients once per step, all_gather of the "
@@ -195,8 +196,8 @@ def plans(w):
              _bucketed("all_gather", m * (gathers * gradients - (
                  w.stage3_kept_elements * w.element_size if w.regathers else 0)),
                  w.prefetch_bytes, n, ring, per_rank)
-             + _bucketed("reduce_scatter", m * gradients, w.reduce_scatter_bytes or w.prefetch_bytes,
-                         n, ring, whole),
+             + _bucketed("reduce_scatter", m * gradients,
+                         w.reduce_scatter_bytes or w.prefetch_bytes, n, ring, whole),
              note="parameters gathered in forward" + (" and again in backward" if w.regathers
                                                       else " only (kept for backward)")
                   + f", gradients reduce-scattered, in each of {m} micro-batch(es)"),
@@ -327,8 +328,10 @@ def recommend(rows, w):
             f"{cost}")
     if best is not ddp:
         change = _traffic_change(best, ddp)
-        text += ", the same traffic as DDP" if change == "the same traffic" else f", {change} over DDP"
-    leaner = sorted((r for r in fitting if r["memory_bytes_per_rank"] < best["memory_bytes_per_rank"]),
+        text += (", the same traffic as DDP" if change == "the same traffic"
+                 else f", {change} over DDP")
+    leaner = sorted((r for r in fitting
+                     if r["memory_bytes_per_rank"] < best["memory_bytes_per_rank"]),
                     key=lambda r: -r["memory_bytes_per_rank"])
     floor = best
     for row in leaner:

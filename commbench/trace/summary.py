@@ -135,8 +135,9 @@ def _group_text(call):
     if call.op == "batch":
         return "peers " + ",".join(str(p.peer) for p in call.batch)[:8]
     ranks = list(call.group)
-    text = ",".join(map(str, ranks)) if len(ranks) <= 4 else f"{ranks[0]}..{ranks[-1]} ({len(ranks)})"
-    return text
+    if len(ranks) > 4:
+        return f"{ranks[0]}..{ranks[-1]} ({len(ranks)})"
+    return ",".join(map(str, ranks))
 
 
 def union(intervals):
