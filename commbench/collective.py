@@ -4,8 +4,8 @@ op's facts (factors, size rule, whether it reduces or moves data) come from its 
 opfacts.FACTS (`Collective.of`)."""
 
 import functools
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .opfacts import GATHERED, SPLIT, WHOLE, OpFacts  # noqa: F401  (the ops' names)
 

@@ -13,9 +13,9 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from collections.abc import Callable
 
 import torch
 import torch.distributed

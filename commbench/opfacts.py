@@ -7,8 +7,8 @@ replay, the doctor and report/ read these rows, and none keeps a copy.
 Standard library only: report/ and db/ import no torch, and neither does this table. A new op is
 a row here (docs/extending.md)."""
 
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 # How a single-size run sizes its message from the memory it may use (SPEC §4).
 WHOLE = "whole"  # E = M / es, with twice the memory factor (no output buffer)

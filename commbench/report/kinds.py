@@ -11,8 +11,8 @@ runs.py, its section in sections.py; docs/extending.md). Standard library only."
 
 import json
 import re
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .. import results
 from ..trace import dscomms, formats
