@@ -14,7 +14,7 @@ BENCH_ARGS ?= --scan --device cpu
 export TORCH_EXTENSIONS_DIR := $(abspath $(VENV))/torch_extensions
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: bench strategies ccl ops test test-fast venv clean
+.PHONY: bench strategies ccl ops test test-fast lint venv clean
 
 venv: $(VENV)/.installed
 
@@ -79,10 +79,18 @@ test: venv ccl ops
 	$(BIN)/python -m pytest -m serial --junitxml=.test-results/serial.xml $(PYTEST_ARGS) || { s=$$?; [ $$s = 5 ] || status=$$s; }; \
 	scripts/test-services.sh down; $(BIN)/python scripts/test-times.py .test-results/*.xml; exit $$status
 
+# ruff (its rule set), mypy on the typed modules and import-linter's contracts (no cycles;
+# report/ and db/ import no torch), all three as pyproject.toml states them: seconds, so CI runs
+# it before the tests. PYTHONPATH: the contracts are held against this checkout's code.
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	PYTHONPATH=$(CURDIR) $(BIN)/lint-imports
+
 # The in-process tests alone (marked fast: no ranks, no subprocess, no root), for a refactor's
 # quick check; make test runs them too (docs/testing.md).
 test-fast: venv
 	$(BIN)/python -m pytest -m fast -q -p no:randomly $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache __pycache__ tests/__pycache__ .test-results
+	rm -rf $(VENV) .pytest_cache __pycache__ tests/__pycache__ .test-results .mypy_cache .ruff_cache .import_linter_cache

@@ -77,8 +77,8 @@ def main():
         parser.error(f"unknown case '{unknown[0]}'")
     print(f"# modelled fabric: switches of 16 hosts, noise from real runs here (sigma "
           f"{noise.SIGMA}); {args.fleets} fleets a case; a round {noise.ROUND_S} s")
-    print(f"| hosts | plan | case | rounds (median, most) | modelled time | named exactly | "
-          f"false alarms / fleet |")
+    print("| hosts | plan | case | rounds (median, most) | modelled time | named exactly | "
+          "false alarms / fleet |")
     print("|---|---|---|---|---|---|---|")
     for count in map(int, args.hosts.split(",")):
         full = count - 1 if count % 2 == 0 else count

@@ -3,8 +3,8 @@
 For world sizes 1, 2 and 3 on CPU (gloo), it runs a scan of every op to --maxsize and reads,
 for the largest size, the memory each rank used (results file field
 memory_used_per_rank_bytes: peak resident memory above the rank's memory before its buffers
-were allocated). It prints that beside the planner's model (commbench.sizes.footprint without its fixed
-reserves: input, output, the backend's staging copy), and with --check the check's working
+were allocated). It prints that beside the planner's model (commbench.sizes.footprint without its
+fixed reserves: input, output, the backend's staging copy), and with --check the check's working
 set, which the planner covers with a fixed reserve.
 
   .venv/bin/python benchmarks/memory.py                       # world sizes 1 2 3, --maxsize 24
@@ -29,7 +29,8 @@ MIB = 1 << 20
 
 def run_scan(world_size, options, output):
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.executable).parent.parent / "torch_extensions"))
+    env.setdefault("TORCH_EXTENSIONS_DIR",
+                   str(Path(sys.executable).parent.parent / "torch_extensions"))
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT"):
         env.pop(name, None)
     args = ["run_all.py", "--scan", f"--maxsize={options.maxsize}", "--trials=1", "--warmups=1",
@@ -68,7 +69,8 @@ def report(world_size, records, options):
         need, parts, reserve = footprint(collective, numel, element_size, flags, comm)
         model = need - reserve
         used = max(u for u in record["memory_used_per_rank_bytes"] if u is not None)
-        parts_text = " + ".join(f"{what.replace(' staging', '')} {share:.3g}" for what, share in parts)
+        parts_text = " + ".join(f"{what.replace(' staging', '')} {share:.3g}"
+                                for what, share in parts)
         print(f"{op:16s} {numel * element_size / MIB:>10.1f} {parts_text:>36s} "
               f"{model / MIB:>10.1f} {used / MIB:>20.1f} {used / model:>11.3f} "
               f"{max(0, used - model) / MIB:>11.1f}")

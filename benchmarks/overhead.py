@@ -140,7 +140,8 @@ def worker(options):
 
 def run_world(world_size, options):
     env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_PORT=str(options.port + world_size))
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.executable).parent.parent / "torch_extensions"))
+    env.setdefault("TORCH_EXTENSIONS_DIR",
+                   str(Path(sys.executable).parent.parent / "torch_extensions"))
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         env.pop(name, None)
     me = [str(Path(__file__).resolve()), "--worker", "--dist", options.dist,
@@ -196,7 +197,8 @@ def report(records, options):
 def first_row_seconds(dist, backend=None):
     """Seconds from process start to the first row of the table on stdout."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_PORT="29431")
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.executable).parent.parent / "torch_extensions"))
+    env.setdefault("TORCH_EXTENSIONS_DIR",
+                   str(Path(sys.executable).parent.parent / "torch_extensions"))
     cmd = [sys.executable, "all_reduce.py", "--scan", "--maxsize=2", "--trials=1", "--warmups=0",
            f"--dist={dist}"] + (["--backend", backend] if backend else [])
     start = time.perf_counter()

@@ -7,7 +7,7 @@ needs to give every row the same precision: the largest window count any row too
 row. That last is computed, not run (it would take R_max passes of the whole scan): each
 row's window costs its (--warmups + --trials) calls at its measured duration, so
 
-  op time, precision  = sum over rows of (its windows + the warm-up and rows' ones) x its window cost
+  op time, precision  = sum over rows of (its windows + warm-up and rows' ones) x its window cost
   op time, fixed      = sum over rows of R_max x its window cost
   fixed wall time     ~ the precision run's wall time x fixed / precision op time
 
@@ -31,7 +31,8 @@ from commbench import results  # noqa: E402
 
 def run(backend, precision, options, output):
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.executable).parent.parent / "torch_extensions"))
+    env.setdefault("TORCH_EXTENSIONS_DIR",
+                   str(Path(sys.executable).parent.parent / "torch_extensions"))
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT"):
         env.pop(name, None)
     command = [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node=2",

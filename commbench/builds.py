@@ -43,7 +43,8 @@ def build_directory(name):
         import torch
         from torch.utils.cpp_extension import get_default_build_root
         accelerator = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
-        version = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
+        python = sys.version_info
+        version = f"py{python.major}{python.minor}{getattr(sys, 'abiflags', '')}"
         root = os.path.join(get_default_build_root(), f"{version}_{accelerator}")
     return os.path.join(root, name)
 

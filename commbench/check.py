@@ -5,7 +5,6 @@ known input, each checked, timed apart from the unchecked figure."""
 import os
 import time
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -94,7 +93,7 @@ class Checked:
 
     wrong: int
     seconds: float
-    first: Optional[tuple]
+    first: tuple | None
 
 
 def check_every(collective, call, input, output, args, comm, count):

@@ -14,7 +14,7 @@ from . import defaults
 from . import groups as grouping, precision
 from .dtypes import dtype_list
 from .errors import PROG, UsageError
-from .flags import Parser, prog
+from .flags import Parser, argument, prog
 from .launch import discover_launch_env
 from .numbers import byte_count, float_in, int_at_least, percentage
 from .settings import settle
@@ -31,7 +31,7 @@ class _Parser(Parser):
         return namespace, extra
 
     def print_help(self, file=None):
-        # argparse ignores a failed write of the help; here it raises (harness.cli says so).
+        # argparse ignores a failed write of the help; here it raises (entry.cli says so).
         file = file or sys.stdout
         file.write(self.format_help())
         file.flush()
@@ -73,16 +73,6 @@ def _cpu_list(text):
         raise argparse.ArgumentTypeError(f"CPUs {text} are not all ones this process may use "
                                          f"({usable})")
     return cpus
-
-
-def argument(parse):
-    """A flag's type from a parser that raises ValueError with the reason (argparse's line)."""
-    def convert(text):
-        try:
-            return parse(text)
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-    return convert
 
 
 _layouts = argument(grouping.kinds)
@@ -289,7 +279,8 @@ def _output_and_limit_flags(parser):
     parser.add_argument("--output", metavar="PATH",
                         help="write results to PATH as it runs: .jsonl, .csv or .json")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace an existing --output file (default: write PATH.1, PATH.2, ...)")
+                        help="replace an existing --output file (default: write PATH.1, "
+                             "PATH.2, ...)")
     add_store_flags(parser)
     parser.add_argument("--time-budget", type=_positive_seconds, default=None, metavar="SECONDS",
                         help="per message size, time about this long: the trial count comes "

@@ -13,9 +13,9 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Callable
 
 import torch
 import torch.distributed
@@ -27,6 +27,7 @@ from .guard import deadline, peer_failure
 from .launch import check_master_address, discover_launch_env, master_address, master_port
 from .layer import (import_deepspeed, init_error, pin, resolve_device_and_backend, select_device,
                     tell_deepspeed_backend)
+from .opfacts import REDUCE_OPS
 from .progress import SlowStep
 from .peers import argument_digest, differing_arguments, exchange
 from .settings import Settings
@@ -139,11 +140,6 @@ class Comm:
     def min_over_ranks(self, number):
         value = torch.tensor([number], dtype=torch.int64, device=self.device)
         torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MIN)
-        return int(value.item())
-
-    def sum_over_ranks(self, number):
-        value = torch.tensor([number], dtype=torch.int64, device=self.device)
-        torch.distributed.all_reduce(value)
         return int(value.item())
 
     def gather_figures(self, figures):
@@ -362,15 +358,12 @@ def _make_layouts(comm, kinds, dist_module, gather, scatter, one_tensor, split=N
     return layouts
 
 
-_REDUCE_OP_NAMES = {"sum": "SUM", "prod": "PRODUCT", "min": "MIN", "max": "MAX", "avg": "AVG"}
-
-
 def reduce_args(dist_module, op):
     """The extra positional argument of a reducing call for --op: none for sum (the default
     of every call), else the layer's own ReduceOp member (deepspeed.comm has its own enum)."""
     if op == "sum":
         return ()
-    return (getattr(dist_module.ReduceOp, _REDUCE_OP_NAMES[op]),)
+    return (getattr(dist_module.ReduceOp, REDUCE_OPS[op]),)
 
 
 def teardown():

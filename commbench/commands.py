@@ -45,13 +45,14 @@ def split(argv):
 
 def _run(command, argv):
     """Run COMMAND as its script would; returns its exit status."""
-    if command in defaults.OPS or command == "run_all":  # harness.cli exits with the status
+    if command in defaults.OPS or command == "run_all":  # entry.cli exits with the status
         import functools
 
         from . import harness, ops, run_all
+        from .entry import cli
         run = run_all.run if command == "run_all" else \
             functools.partial(harness.run_op, ops.descriptor(command))
-        harness.cli(run, argv)
+        cli(run, argv)
     if command == "doctor":
         from .doctor.run import command as doctor
         return doctor(argv)

@@ -2,7 +2,10 @@
 
 Standard library only: `--dist torch` must start without DeepSpeed, and this module is
 imported by everything. `constants.py` at the top of a checkout is the original's name for it.
+What each op is (its bandwidth factors, root, reduction) is opfacts.py's table.
 """
+
+from . import opfacts
 
 DEFAULT_WARMUPS = 5
 DEFAULT_TRIALS = 50
@@ -18,7 +21,7 @@ DEFAULT_STEP_FACTOR = 2.0
 DEFAULT_MIN_BYTES = 8  # --max-bytes or --step-factor alone sweeps from 8 bytes, as nccl-tests -b 8
 DEFAULT_MAX_BYTES = 32 << 20  # --min-bytes alone sweeps up to nccl-tests' default -e 32M
 DEFAULT_REDUCE_OP = "sum"
-REDUCE_OPS = ("sum", "prod", "min", "max", "avg")
+REDUCE_OPS = tuple(opfacts.REDUCE_OPS)  # --op's choices
 DEFAULT_MEM_FACTOR = 0.3
 TORCH_DISTRIBUTED_DEFAULT_PORT = 29500
 DEFAULT_TIMEOUT = 300  # seconds a rank waits for its peers before giving up
@@ -46,7 +49,8 @@ ALL_GATHER_ONE_TENSOR_EXTRA_FACTOR = 0.2
 
 # Single-size memory plan (commbench.sizes.plan_single_size): the buffers an op allocates, the
 # copies the backend stages them through, and these reserves must fit in this fraction of the
-# memory the rank may plan on. The rest is left to the OS, the allocator and the process's own growth.
+# memory the rank may plan on. The rest is left to the OS, the allocator and the process's own
+# growth.
 USABLE_MEMORY_FRACTION = 0.9
 # The backend's fixed working buffers (gloo's ring chunks: ~4 MiB measured at 2 and 3 ranks).
 BACKEND_MEMORY_RESERVE = 64 << 20

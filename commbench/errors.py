@@ -1,5 +1,5 @@
 """Expected failures: one exception type, turned into one line and an exit status at the
-entry point (harness.cli). Unexpected failures are not caught and keep their traceback."""
+entry point (entry.cli). Unexpected failures are not caught and keep their traceback."""
 
 PROG = "commbench"
 

@@ -1,6 +1,6 @@
 """What every command line of the suite does alike (the op scripts', report.py's,
-parallel_bench.py's): `--version`; a flag is spelled out in full (argparse's abbreviations would take
-`--trial 3` for `--trials 3`, and a later flag could change what an old command line means),
+parallel_bench.py's): `--version`; a flag is spelled out in full (argparse's abbreviations would
+take `--trial 3` for `--trials 3`, and a later flag could change what an old command line means),
 and an unknown one gets a "did you mean". Standard library only."""
 
 import argparse
@@ -69,3 +69,13 @@ def unrecognized(parser, extra):
     if guesses:
         message += f"; did you mean {' or '.join(guesses)}?"
     return message
+
+
+def argument(parse):
+    """A flag's type from a parser that raises ValueError with the reason (argparse's line)."""
+    def convert(text):
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return convert

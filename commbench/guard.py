@@ -172,8 +172,8 @@ def agree_to_go_on(comm):
     elif not failed:
         error = OutputClosed()
     else:
-        error = BenchmarkError(f"rank {comm.global_rank}: stopping because rank {failed[0]} stopped (its "
-                               "message says why)", rank_local=True)
+        error = BenchmarkError(f"rank {comm.global_rank}: stopping because rank {failed[0]} "
+                               "stopped (its message says why)", rank_local=True)
         time.sleep(0.2)  # the stopping rank's line first, mostly
     if not isinstance(error, OutputClosed):
         say(f"{PROG}: error: {error}")

@@ -1,7 +1,7 @@
 """Running an op: for each message size, its buffers and passes (onesize.py times, checks and
 records a size), the tables of a run's dtypes and layouts; the run's start (process group and
 results file) and end. The entry point every script hands its run function to is entry.py's
-`cli` (here too, as the op scripts call it)."""
+`cli`, above the ops (it parses their flags): nothing here imports it."""
 
 import os
 import time
@@ -10,7 +10,6 @@ import torch
 
 from .comm import init_comm
 from .dtypes import dtypes_for, get_dtype
-from .entry import cli, exit_without_finalising, guarded  # noqa: F401 (the scripts' names)
 from .errors import BenchmarkError, UsageError
 from .guard import RESULTS_LOCK, agree_to_go_on, deadline, peer_failure
 from .layer import processor_model
@@ -158,7 +157,8 @@ def run_collective(collective, args, comm):
     several = len(runs) > 1 and collective.payload
     if comm.run.budget is not None:
         layouts = len(args.layouts)
-        comm.run.budget.start_op(collective.name, layouts * (len(runs) if collective.payload else 1))
+        comm.run.budget.start_op(collective.name,
+                                 layouts * (len(runs) if collective.payload else 1))
     records = []
     for kind in args.layouts:
         here = comm.in_layout(kind) if comm.layouts else comm
@@ -231,8 +231,8 @@ def _measure_passes(collective, args, comm, numels, schedule, windows, records, 
     for number, positions, last in schedule.passes():
         for position in positions:
             numel = numels[position]
-            where = (f"rank {comm.global_rank}: {collective.name} at {numel} elements of {args.dtype} "
-                     "per rank")
+            where = (f"rank {comm.global_rank}: {collective.name} at {numel} elements of "
+                     f"{args.dtype} per rank")
             late = (f"{where} did not finish within {args.timeout:g} s; a peer rank likely died "
                     "or is stuck (see its log)")
             explain, record_failure = _naming(comm, collective.name)
@@ -307,7 +307,8 @@ def _aggregate(collective, args, comm, count, qualifiers, shown):
         total = {key: None if any(r[key] is None for r in records) else sum(r[key] for r in records)
                  for key in ("throughput_Bps", "busbw_Bps")}
         record = {"op": collective.name, "world_size": len(comm.hostnames),
-                  "size_bytes": size, "numel": first["numel"], "element_size": first["element_size"],
+                  "size_bytes": size, "numel": first["numel"],
+                  "element_size": first["element_size"],
                   "dtype": first["dtype"], "groups": "split", "aggregate": True,
                   "group_count": count, "duration_s": max(r["duration_s"] for r in records),
                   "durations_per_group_s": [r["duration_s"] for r in records], **total,

@@ -46,7 +46,6 @@ import math
 import random
 import statistics
 from dataclasses import dataclass, field
-from typing import Optional
 
 MATERIAL = 0.10  # a witness's waiting, at least this share of the trials' time
 SYMMETRIC = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
@@ -67,10 +66,10 @@ class Witness:
     counts: list
     waiting: list
     undecided: int = 0  # trials whose lead was within the clocks' bound
-    named: Optional[int] = None  # rank index
+    named: int | None = None  # rank index
     share: float = 0.0  # the top rank's waiting / the trials' time
     events: list = field(default_factory=list)  # (rank index, seconds) of each counted trial
-    chance: Optional[float] = None  # the top rank's concentration, by chance (p-value)
+    chance: float | None = None  # the top rank's concentration, by chance (p-value)
 
     def top(self):
         return max(range(len(self.waiting)), key=lambda r: self.waiting[r])
@@ -78,11 +77,11 @@ class Witness:
 
 @dataclass
 class Verdict:
-    named: Optional[int]  # rank index, or None
+    named: int | None  # rank index, or None
     why: str  # how it was named, or why none was
     clock: Witness = None
-    call: Optional[Witness] = None  # None: not applicable or not recorded
-    stopped: Optional[Witness] = None  # None: not recorded
+    call: Witness | None = None  # None: not applicable or not recorded
+    stopped: Witness | None = None  # None: not recorded
     # trial (1-based) -> ("late", rank index, s), ("stopped", rank index, s not run) or
     # ("inside", [rank indexes with long calls], s)
     spikes: dict = field(default_factory=dict)

@@ -37,7 +37,8 @@ def _env_int(environ, name, minimum=0):
     try:
         value = int(text)
     except ValueError:
-        raise UsageError(f"launcher environment: {name}={environ[name]!r} is not an integer") from None
+        raise UsageError(f"launcher environment: {name}={environ[name]!r} is not an "
+                         "integer") from None
     if value < minimum:
         raise UsageError(f"launcher environment: {name}={value} must be >= {minimum}")
     return value

@@ -215,8 +215,8 @@ def _overlap(collective, input, output, count, args, comm):
         comm.run.compute = overlap.Compute(comm, args.compute_cpus)
         note(comm, comm.run.compute.describe())
     call = collective.bind(comm, input, output, True)
-    return overlap.measure(call, count, comm, comm.run.compute, functools.partial(window, comm=comm),
-                           args.overlap_factor)
+    return overlap.measure(call, count, comm, comm.run.compute,
+                           functools.partial(window, comm=comm), args.overlap_factor)
 
 
 def time_window(collective, input, output, args, comm, index, warmup=False):

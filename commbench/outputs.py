@@ -13,11 +13,8 @@ import os
 import sys
 
 from .errors import PROG, BenchmarkError
+from .db import ENVIRONMENT
 from .settings import Settings
-
-# The results database when no --db says one (read here, so that a run without a database
-# never imports SQLAlchemy: --dist torch runs with torch alone).
-ENVIRONMENT = "COMMBENCH_DB"
 
 
 def database(args):

@@ -20,9 +20,11 @@ FORMATS = (".jsonl", ".csv", ".json")
 CSV_FIELDS = (
     "op", "dist", "backend", "device", "dtype", "reduce_op", "world_size", "groups", "group",
     "group_ranks", "size_bytes", "numel",
-    "element_size", "window", "warmup", "repeat", "trials", "duration_s", "ci95_low_s", "ci95_high_s",
+    "element_size", "window", "warmup", "repeat", "trials", "duration_s", "ci95_low_s",
+    "ci95_high_s",
     "precision", "precision_reached", "precision_met", "throughput_Bps", "busbw_Bps", "wrong",
-    "min_s", "median_s", "p99_s", "max_s", "cv", "slowest_rank", "slowest_host", "comm_s", "compute_s", "total_s",
+    "min_s", "median_s", "p99_s", "max_s", "cv", "slowest_rank", "slowest_host", "comm_s",
+    "compute_s", "total_s",
     "overlap_pct", "durations_per_rank_s",
     "trials_per_rank", "memory_used_per_rank_bytes",
     # docs/traffic.md: --split's aggregate, --check-every, all_to_allv, pt2pt's pairs
@@ -293,8 +295,8 @@ def series(record):
 
 
 def final(records):
-    """The results of a run, one per op, dtype, group and size: the whole record of each size, or where
-    a run ended before --repeat's last pass, the last window recorded of it."""
+    """The results of a run, one per op, dtype, group and size: the whole record of each size, or
+    where a run ended before --repeat's last pass, the last window recorded of it."""
     whole = {series(r) for r in records if r.get("window") is None}
     latest = {}
     for r in records:

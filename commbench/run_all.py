@@ -32,5 +32,5 @@ def main(args, rank):
 
 
 def run(local_rank, args):
-    """The op scripts' form, for harness.cli."""
+    """The op scripts' form, for entry.cli."""
     main(args, local_rank)

@@ -61,7 +61,8 @@ def convert_size(size_bytes):
     while size_bytes >= 1024 ** (index + 1) and index < len(names) - 1:
         index += 1
     shown = round(size_bytes / 1024 ** index, 2)
-    if shown >= 1024 and index < len(names) - 1:  # 1048572 B: 1.0 MB, as its neighbours, not 1024.0 KB
+    # 1048572 B: 1.0 MB, as its neighbours, not 1024.0 KB
+    if shown >= 1024 and index < len(names) - 1:
         index += 1
         shown = round(size_bytes / 1024 ** index, 2)
     return f"{shown} {names[index]}"
@@ -81,8 +82,8 @@ def get_metric_strings(args, tput, busbw, duration):
 
 
 def extra_columns(args):
-    """(title, width) of the columns after BusBW: the op's own, --time-budget's trial count, --repeat's
-    interval (--precision's, and its window count), --stats figures, --overlap's, then
+    """(title, width) of the columns after BusBW: the op's own, --time-budget's trial count,
+    --repeat's interval (--precision's, and its window count), --stats figures, --overlap's, then
     --check's Wrong."""
     unit = " (us)" if args.raw else ""
     adaptive = args.precision is not None

@@ -9,7 +9,6 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 import torch.distributed
@@ -119,16 +118,16 @@ def _issue_marked(call, count, async_op, marks, delay):
 class Timing:
     mean: float  # seconds of one trial: the timed window / trials (SPEC §5)
     count: int  # trials timed
-    trials: Optional[list] = None  # with --stats: seconds of each trial, end to end
+    trials: list | None = None  # with --stats: seconds of each trial, end to end
     late: float = 0.0  # with --stats: mean seconds between a trial's end and the next call
     # with --per-trial or --stats: seconds from this rank's start of the timed window to each
     # trial's call; `start`: that start on this rank's clock (clocks.now()); `clocks`: on rank 0,
     # every host's offset to its clock, before and after the trials (clocks.alignment)
-    arrivals: Optional[list] = None
+    arrivals: list | None = None
     start: float = 0.0
-    clocks: Optional[dict] = None
-    in_call: Optional[list] = None  # seconds from each trial's call to its return
-    stopped: Optional[list] = None  # --per-trial: seconds of each trial this process did not run
+    clocks: dict | None = None
+    in_call: list | None = None  # seconds from each trial's call to its return
+    stopped: list | None = None  # --per-trial: seconds of each trial this process did not run
 
 
 DELAY_VARIABLE = "COMMBENCH_INJECT_DELAY"

@@ -26,8 +26,8 @@ def read_matrix(path):
     Raises MatrixError with the reason."""
     try:
         with open(path, newline="") as file:
-            lines = [row for row in csv.reader(line for line in file
-                                                if line.strip() and not line.lstrip().startswith("#"))]
+            lines = [row for row in csv.reader(
+                line for line in file if line.strip() and not line.lstrip().startswith("#"))]
     except OSError as error:
         raise MatrixError(f"cannot read {path}: {error.strerror or error}") from None
     except (UnicodeDecodeError, csv.Error) as error:

@@ -9,11 +9,11 @@ the trial, after the first rank to call it. first_us: T figures: when the first 
 trial, after the origin (the earliest start of a timed window among the ranks), so a rank called
 trial i at first_us[i] + its arrival_us[i]. call_us: rank-major: the time in the call, from the
 call to its return (the trial's end on that rank). stopped_us (--per-trial): rank-major: the time
-in each trial, end to end, that the rank's process did not run (clocks.Hiccups). Microseconds, float32 little-endian, base64:
-16 bytes a trial and rank and 4 a trial before base64, so 1,000 trials on 64 ranks make
-1,028,000 bytes, 1.4 MB of text a size. host_offset_s: each host's clock less rank 0's, before
-the trials. origin_s: the origin on
-rank 0's clock (seconds, CLOCK_MONOTONIC: the sizes of one run on one time line).
+in each trial, end to end, that the rank's process did not run (clocks.Hiccups). Microseconds,
+float32 little-endian, base64: 16 bytes a trial and rank and 4 a trial before base64, so 1,000
+trials on 64 ranks make 1,028,000 bytes, 1.4 MB of text a size. host_offset_s: each host's clock
+less rank 0's, before the trials. origin_s: the origin on rank 0's clock (seconds,
+CLOCK_MONOTONIC: the sizes of one run on one time line).
 
 Clocks (commbench/clocks.py): every figure is on rank 0's clock. "clock": "shared" when every
 rank is on one host (one kernel clock: no error from alignment, clock_error_us 0), "measured"
@@ -25,7 +25,6 @@ import base64
 import math
 import struct
 from dataclasses import dataclass, field
-from typing import Optional
 
 from . import clocks
 
@@ -92,10 +91,10 @@ class Trials:
     arrivals: list  # [rank index][trial]: the call after the first rank's call of that trial
     error: float  # the bound of an arrival's error (the worst host's)
     clock: str  # "shared", "measured", or "barrier" (files of earlier versions)
-    first: Optional[list] = None  # [trial]: the first call after the origin
-    in_call: Optional[list] = None  # [rank index][trial]: from the call to its return
-    stopped: Optional[list] = None  # [rank index][trial]: the time its process did not run
-    origin: Optional[float] = None  # the origin on rank 0's clock
+    first: list | None = None  # [trial]: the first call after the origin
+    in_call: list | None = None  # [rank index][trial]: from the call to its return
+    stopped: list | None = None  # [rank index][trial]: the time its process did not run
+    origin: float | None = None  # the origin on rank 0's clock
     host_errors: dict = field(default_factory=dict)
 
     @property
@@ -135,7 +134,8 @@ def decode(entry):
         stopped = _unpack(entry["stopped_us"], count * len(ranks)) \
             if "stopped_us" in entry else None
         origin = float(entry["origin_s"]) if "origin_s" in entry else None
-        host_errors = {str(k): float(v) / 1e6 for k, v in (entry.get("host_error_us") or {}).items()}
+        host_errors = {str(k): float(v) / 1e6
+                       for k, v in (entry.get("host_error_us") or {}).items()}
     except (KeyError, TypeError, AttributeError, base64.binascii.Error) as problem:
         raise ValueError(f"missing or malformed field ({problem})") from None
 

@@ -59,7 +59,7 @@ def start(comm):
     found.pulse = open_pulse(os.environ.get("MASTER_ADDR", "127.0.0.1"))
     if found.pulse is not None:
         with contextlib.suppress(RuntimeError):
-            store.set(f"pulse/{comm.global_rank}", "%s %d" % found.pulse.getsockname()[:2])
+            store.set(f"pulse/{comm.global_rank}", "{} {:d}".format(*found.pulse.getsockname()[:2]))
     return found
 
 
@@ -93,7 +93,7 @@ def probe(text, seconds=PROBE_S):
         return "alive"
     except ConnectionRefusedError:
         return "gone"
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         return "silent"
     except OSError as error:
         if error.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a user sees of a fixed set of commands, with the figures masked: before and after a refactor.
+"""What a user sees of a fixed set of commands, figures masked: before and after a refactor.
 
     scripts/behaviour.py record FILE     run the commands, write what they showed to FILE (JSON)
     scripts/behaviour.py compare A B     the differences between two records; exit 1 if any
@@ -54,7 +54,7 @@ def commands():
     out = []
     for op in OPS:
         out.append((f"{op} 2 ranks", _ranks(2, f"{op}.py", "--dist", "torch", *SCAN,
-                                            "--output", "{tmp}/%s.jsonl" % op), f"{op}.jsonl"))
+                                            "--output", f"{{tmp}}/{op}.jsonl"), f"{op}.jsonl"))
     out += [
         ("all_reduce 1 rank deepspeed", _ranks(1, "all_reduce.py", *SCAN, "--stats",
                                                "--output", "{tmp}/ar1.jsonl"), "ar1.jsonl"),
@@ -297,8 +297,10 @@ def _remasked(seen):
 
 def _diff(x, y):
     import difflib
-    show = lambda v: json.dumps(v, indent=1, sort_keys=True).splitlines() \
-        if not isinstance(v, list) or not all(isinstance(s, str) for s in v) else v
+    def show(v):
+        if isinstance(v, list) and all(isinstance(s, str) for s in v):
+            return v
+        return json.dumps(v, indent=1, sort_keys=True).splitlines()
     return list(difflib.unified_diff(show(x), show(y), "before", "after", lineterm="", n=1))[:40]
 
 

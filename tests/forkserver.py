@@ -113,7 +113,7 @@ def main(path):
             pass
         try:
             connection, _ = server.accept()
-        except socket.timeout:
+        except TimeoutError:
             continue
         with connection:
             message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)

@@ -312,7 +312,7 @@ class Forked:
             self._connection.settimeout(timeout)
             try:
                 self._status(self._connection.recv(64))
-            except socket.timeout:
+            except TimeoutError:
                 raise subprocess.TimeoutExpired(self.args, timeout) from None
         return self.returncode
 

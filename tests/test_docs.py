@@ -48,7 +48,7 @@ def shell_commands(page):
 ALL = [(page, number, command) for page in PAGES for number, command in shell_commands(page)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def known_options(script, subcommand):
     """The options `script [subcommand] --help` lists (script: a file, or `-m commbench
     COMMAND`)."""

@@ -243,5 +243,5 @@ def test_the_read_back_covers_every_key_the_file_sets(monkeypatch):
     assert back.pop("optimizer") == {"type": "adamw", "params": {"lr": 0.001}}
     assert back == {key: value for key, value in config.items()
                     if key not in ("optimizer", "flops_profiler")}
-    for key, view in dsconfig.ENGINE_VIEW.items():  # each accessor is DeepSpeed's
+    for _key, view in dsconfig.ENGINE_VIEW.items():  # each accessor is DeepSpeed's
         view(engine)

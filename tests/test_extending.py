@@ -1,5 +1,6 @@
-"""Adding an op is one file plus one line (docs/extending.md): a throw-away op module in a copy of
-the tree, commbench/ops/<op>.py, registered in commbench/defaults.py's OPS, runs through
+"""Adding an op is a row, a file and a line (docs/extending.md): a throw-away op's facts in
+commbench/opfacts.py, its module in a copy of the tree, commbench/ops/<op>.py, registered in
+commbench/defaults.py's OPS, runs through
 run_all.py and `python -m commbench <op>` with its flag, its table, its bandwidth formulas,
 --check and the results file, and through utils' original names."""
 
@@ -21,16 +22,14 @@ import functools
 import torch
 
 from commbench import harness
-from commbench.collective import WHOLE, Collective, bound
+from commbench.collective import Collective, bound
+from commbench.opfacts import FACTS
 
-ALL_REDUCE_MAX = Collective(
-    name="all_reduce_max",
+ALL_REDUCE_MAX = Collective.of(
+    FACTS["all_reduce_max"],
     bind=lambda comm, input, output, async_op: bound(
         comm.dist.all_reduce, input, comm.dist.ReduceOp.MAX, async_op=async_op),
     output_numel=None,
-    algbw_factor=lambda n: 2,
-    busbw_factor=lambda n: 2 * (n - 1) / n,
-    size_rule=WHOLE,
     expected=lambda values, rank, n, numel, index: torch.stack(
         [values(s, index) for s in range(n)]).amax(0),
 )
@@ -39,18 +38,27 @@ timed_all_reduce_max = functools.partial(harness.timed_collective, ALL_REDUCE_MA
 run_all_reduce_max = functools.partial(harness.run_op, ALL_REDUCE_MAX)
 '''
 
+# The row.
+LAST_ROW = '    OpFacts("barrier", lambda n: 0, lambda n: 0, WHOLE, ("-", "-"), payload=False),\n'
+ROW = ('    OpFacts("all_reduce_max", lambda n: 2, lambda n: 2 * (n - 1) / n, WHOLE,\n'
+       '            ("2S/t", "(S/t)·2(n−1)/n"), reduces=True),\n')
+
 # The line.
 REGISTERED = '"all_to_allv", "barrier", "all_reduce_max")'
 
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
-    """A copy of the suite's code with the new op added: one new file, one changed line."""
+    """A copy of the suite's code with the new op added: a new row, a new file, a changed
+    line."""
     copy = tmp_path_factory.mktemp("extended")
     for path in ROOT.glob("*.py"):
         shutil.copy(path, copy)
     shutil.copytree(ROOT / "commbench", copy / "commbench",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    facts = (copy / "commbench" / "opfacts.py").read_text()
+    assert facts.count(LAST_ROW) == 1
+    (copy / "commbench" / "opfacts.py").write_text(facts.replace(LAST_ROW, LAST_ROW + ROW))
     (copy / "commbench" / "ops" / "all_reduce_max.py").write_text(OP_MODULE)
     defaults = (copy / "commbench" / "defaults.py").read_text()
     changed = defaults.replace('"all_to_allv", "barrier")', REGISTERED)
@@ -104,6 +112,11 @@ def test_new_op_joins_every_op_and_the_original_names(tree, tmp_path):
     probed = launch(str(probe), env={"PYTHONPATH": str(tree)})
     assert probed.returncode == 0, probed
     assert "bw 2000000.0 0.0" in probed.stdout.splitlines()
+    # the report's legend reads the row
+    legend = subprocess.run([sys.executable, "-c", "from commbench.report.sections import "
+                             "LEGEND; print(LEGEND[-1])"], cwd=tree, capture_output=True,
+                            text=True, timeout=60)
+    assert legend.stdout.strip() == "('all_reduce_max', '2S/t', '(S/t)·2(n−1)/n')", legend
     # `python -m commbench` knows it too (from the tree's directory: its own package first)
     listed = subprocess.run([sys.executable, "-m", "commbench", "--help"], cwd=tree,
                             capture_output=True, text=True, timeout=60)

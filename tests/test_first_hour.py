@@ -99,7 +99,7 @@ def test_compare_and_plot_use_the_runs_bandwidth_unit(two_runs, tmp_path):
     assert "busbw A (GB/s)" in gbytes.stdout and "(Gbps)" not in gbytes.stdout
     sys.path.insert(0, str(ROOT))
     from commbench.report.plot import plot
-    from commbench.report.runs import load_run
+    from commbench.report.kinds import load_run
     figure = plot([load_run(str(path))], str(tmp_path / "c.png"))
     assert figure.axes[0].get_ylabel() == "bus bandwidth (Gbps)"
     x, y = figure.axes[0].get_lines()[0].get_data()

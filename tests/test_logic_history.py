@@ -314,7 +314,7 @@ def test_a_long_series_says_how_many_runs_the_model_drew():
     figures, drawn = power.of_series(series)
     assert drawn == power.LONGEST == 50
     assert figures == power.smallest_found(history.deviations(series.values, []), 50)
-    assert f"halfway through 50 runs (the model draws at most 50; 80 here) is found within 2 " \
+    assert "halfway through 50 runs (the model draws at most 50; 80 here) is found within 2 " \
            "runs" in report_history.verdict(series)
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from commbench.report import doctor, kinds, runs
+from commbench.report import doctor, kinds
 from commbench.report.runs import ReportError
 from support import ROOT
 
@@ -138,9 +138,6 @@ def test_each_kind_that_holds_no_run_refuses_in_one_line(tmp_path, kind):
     path = written(tmp_path, name, text)
     with pytest.raises(ReportError) as caught:
         kinds.load_run(path)
-    assert str(caught.value) == f"{path}: {REFUSALS[kind]}"
-    with pytest.raises(ReportError) as caught:
-        runs.load_run(path)  # the name the commands and older callers import
     assert str(caught.value) == f"{path}: {REFUSALS[kind]}"
     if kind != "doctor":  # html shows a doctor.py run: its heatmaps and verdict
         with pytest.raises(ReportError) as caught:

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from commbench import results
-from commbench.report import buckets, compare, layouts, measured, runs, strategy
+from commbench.report import buckets, compare, kinds, layouts, measured, runs, strategy
 from support import ROOT
 
 pytestmark = pytest.mark.fast
@@ -95,7 +95,7 @@ def test_a_results_file_of_each_format_reads_back_as_the_same_run(tmp_path, exte
     path = write(tmp_path / f"run{extension}",
                  [record("all_reduce", 1024, 1e-4, 2e7), record("all_reduce", 4096, 2e-4, 4e7),
                   record("broadcast", 1024, 5e-5, 2e7)])
-    run = runs.load_run(path)
+    run = kinds.load_run(path)
     assert sorted(run.ops) == ["all_reduce", "broadcast"]
     assert run.ops["all_reduce"][4096] == runs.Measurement(4096, 2e-4, 4e7)
     assert (run.world_size, run.dtype, run.bw_unit) == (2, "float", "Gbps")
@@ -106,7 +106,7 @@ def test_repeat_windows_are_kept_with_the_whole_record_and_partial_runs_read_the
         tmp_path):
     whole = record("all_reduce", 1024, 2e-4, windows_s=[1e-4, 2e-4, 3e-4], repeat=3)
     partial = [record("all_reduce", 4096, t, window=i) for i, t in enumerate((4e-4, 5e-4))]
-    run = runs.load_run(write(tmp_path / "r.jsonl", [whole] + partial))
+    run = kinds.load_run(write(tmp_path / "r.jsonl", [whole] + partial))
     assert run.windows["all_reduce"] == {1024: [1e-4, 2e-4, 3e-4], 4096: [4e-4, 5e-4]}
     # a size whose run ended before --repeat's last pass: its last window stands for it
     assert run.ops["all_reduce"][4096].duration == 5e-4
@@ -115,7 +115,7 @@ def test_repeat_windows_are_kept_with_the_whole_record_and_partial_runs_read_the
 def test_several_dtypes_key_each_op_by_dtype_in_report_order(tmp_path):
     recs = [record("broadcast", 64, 1e-5), record("all_reduce", 64, 1e-5, dtype="bfloat16"),
             record("all_reduce", 64, 2e-5), record("custom_op", 64, 1e-5)]
-    run = runs.load_run(write(tmp_path / "d.jsonl", recs))
+    run = kinds.load_run(write(tmp_path / "d.jsonl", recs))
     assert runs.op_order(run.ops) == ["all_reduce bfloat16", "all_reduce float", "broadcast float",
                                       "custom_op float"]
     assert run.dtype is None
@@ -124,7 +124,7 @@ def test_several_dtypes_key_each_op_by_dtype_in_report_order(tmp_path):
 def test_a_layouts_figure_is_its_slowest_groups(tmp_path):
     recs = [record("all_reduce", 64, t, groups="intra", group=g) for g, t in
             ((0, 1e-5), (1, 3e-5), (2, 2e-5))]
-    run = runs.load_run(write(tmp_path / "g.jsonl", recs, {**META, "groups": ["intra"]}))
+    run = kinds.load_run(write(tmp_path / "g.jsonl", recs, {**META, "groups": ["intra"]}))
     assert run.ops["all_reduce intra"][64].duration == 3e-5
 
 
@@ -146,7 +146,7 @@ Size (Bytes)         Description               Duration             Throughput (
 def test_a_saved_table_reads_sizes_from_the_description_and_converts_units_back(tmp_path):
     path = tmp_path / "saved.txt"
     path.write_text(TABLE)
-    run = runs.load_run(str(path))
+    run = kinds.load_run(str(path))
     assert run.world_size == 2 and run.bw_unit == "Gbps"
     assert sorted(run.ops["all_reduce"]) == [16, 1 << 20, 16 << 20]  # E x element size
     large = run.ops["all_reduce"][16 << 20]
@@ -163,14 +163,14 @@ def test_a_raw_table_in_gbytes_reads_microseconds_and_bytes(tmp_path):
                     "Throughput (GBps)    BusBW (GBps)\n" + "-" * 100 + "\n"
                     "2048                 1024x2                    12.500               "
                     "0.164                0.164\n")
-    run = runs.load_run(str(path))
+    run = kinds.load_run(str(path))
     measured = run.ops["broadcast bfloat16"][2048]
     assert measured.duration == pytest.approx(12.5e-6) and measured.busbw == pytest.approx(0.164e9)
     assert (run.bw_unit, run.world_size) == ("GBps", 3)
 
 
 def test_nccl_tests_output_reads_the_out_of_place_columns():
-    run = runs.load_run(str(FIXTURES / "all_reduce_perf.txt"))
+    run = kinds.load_run(str(FIXTURES / "all_reduce_perf.txt"))
     assert run.world_size == 2 and run.dtype == "float" and run.bw_unit == "GBps"
     assert sorted(run.ops["all_reduce"]) == [8, 16, 1048576, 2097152]
     assert run.ops["all_reduce"][1048576] == runs.Measurement(1048576, pytest.approx(40e-6),
@@ -181,7 +181,7 @@ def test_nccl_tests_all_gather_sizes_become_the_input_per_rank(tmp_path):
     text = (FIXTURES / "all_reduce_perf.txt").read_text().replace("all_reduce", "x")
     path = tmp_path / "all_gather_perf.txt"
     path.write_text(text)
-    run = runs.load_run(str(path))
+    run = kinds.load_run(str(path))
     assert sorted(run.ops["all_gather"]) == [4, 8, 524288, 1048576]  # the output / 2 ranks
 
 
@@ -199,7 +199,7 @@ def test_inputs_that_hold_no_run_are_one_line(tmp_path, name, text, message):
     path = tmp_path / name
     path.write_text(text)
     with pytest.raises(runs.ReportError, match=re.escape(message)):
-        runs.load_run(str(path))
+        kinds.load_run(str(path))
 
 
 def test_bandwidth_in_the_runs_unit():
@@ -421,7 +421,7 @@ def measured_analysis(**shifted):
     meta, records = measured.load(str(FIXTURES / "strategies_2ranks.jsonl"))
     for record in records:
         record["tokens_per_s"] *= shifted.get(record["strategy"], 1.0)
-    curves = strategy.Curves(runs.load_run(str(FIXTURES / "curves_2ranks.jsonl")).ops)
+    curves = strategy.Curves(kinds.load_run(str(FIXTURES / "curves_2ranks.jsonl")).ops)
     return measured.analyse(meta, records, curves, measured.workload(meta, records, 80))
 
 

@@ -462,7 +462,7 @@ def _simulated(op, n=3, root=1, corrupt=None):
         calls.append(call)
         bufs.append((inp, out))
     ins = [inp for inp, _ in bufs]
-    for rank, (inp, out) in enumerate(bufs):  # what the op leaves on each rank
+    for rank, (_inp, out) in enumerate(bufs):  # what the op leaves on each rank
         if op == "all_gather":
             out.copy_(torch.cat(ins))
         elif op == "reduce_scatter":

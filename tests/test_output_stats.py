@@ -140,7 +140,7 @@ def _records(path):
     try:
         return results.read(str(path))[1]
     except (json.JSONDecodeError, KeyError):
-        raise AssertionError(f"{path} is not readable:\n{path.read_text()[-500:]}")
+        raise AssertionError(f"{path} is not readable:\n{path.read_text()[-500:]}") from None
 
 
 @pytest.mark.parametrize("dist", ["torch", "deepspeed"])
@@ -153,7 +153,7 @@ def test_stats_are_ordered(run, tmp_path, dist):
         assert table.columns[5:] == ["Median (us)", "P99 (us)", "Slowest"]
     _, records = results.read(str(path))
     for record in records:
-        for rank, (stats, mean) in enumerate(zip(record["stats_per_rank"],
+        for _rank, (stats, mean) in enumerate(zip(record["stats_per_rank"],
                                                  record["durations_per_rank_s"])):
             assert stats["min_s"] <= stats["median_s"] <= stats["p99_s"] <= stats["max_s"]
             assert stats["min_s"] * (1 - 1e-9) <= mean <= stats["max_s"] * (1 + 1e-9)

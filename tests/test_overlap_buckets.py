@@ -92,7 +92,7 @@ def test_a_long_compute_phase_hides_the_collective_with_a_spare_core(run):
         assert "on CPUs 0 (--compute-cpus), the backend's progress threads on any of" in \
             result.stderr
         rows = overlap_rows(result.table("all_reduce"))
-        for comm, compute, total, pct in rows:
+        for comm, compute, _total, _pct in rows:
             assert compute >= 5 * comm
         pcts = sorted(pct for *_, pct in rows)
         medians.append(pcts[len(pcts) // 2])  # the median size

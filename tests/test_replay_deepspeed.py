@@ -120,7 +120,8 @@ def test_another_world_size_ends_with_one_line_and_status_2(tmp_path):
 @pytest.mark.fast  # in-process
 def test_report_reads_a_logger_summary_as_a_run(tmp_path):
     """report.py compare's reader: per op and size DeepSpeed's mean latency, the suite's busbw."""
-    from commbench.report.runs import ReportError, load_run
+    from commbench.report.kinds import load_run
+    from commbench.report.runs import ReportError
     ops = {"all_reduce": {"4096": {"count": 3, "avg_latency_ms": 2.0}},
            "reduce_scatter_tensor": {"8192": {"count": 1, "avg_latency_ms": 4.0}},
            "barrier": {"0": {"count": 1, "avg_latency_ms": 0.5}}}

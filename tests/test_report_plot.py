@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from commbench.report.plot import plot
-from commbench.report.runs import load_run
+from commbench.report.kinds import load_run
 from support import ROOT
 from test_report_compare import FIXTURES
 

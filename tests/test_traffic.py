@@ -96,7 +96,7 @@ def test_each_skew_and_a_scaled_matrix_beside_pt2pt_both_ways(tmp_path):
             assert both.qualifiers["pairs"] == "one (0-1)" and "both" in both.qualifiers
             assert both.columns[5:] == ["Msgs/s", "Wrong"]
             pt2pt = [r for r in found if r["op"] == "pt2pt"]
-            for record, row in zip(pt2pt, both.rows):
+            for record, _row in zip(pt2pt, both.rows):
                 assert record["bidirectional"] and record["pairs"] == [[0, 1]]
                 # both directions counted: twice the bytes a second of one way
                 assert record["throughput_Bps"] == pytest.approx(

@@ -169,7 +169,7 @@ def test_a_pulse_tells_a_dead_rank_from_a_stuck_one():
     """The pulse: a listening socket answers while its process lives (nothing accepts: the
     kernel does), refuses once it is closed; the words for each."""
     pulse = whereabouts.open_pulse("127.0.0.1")
-    text = "%s %d" % pulse.getsockname()[:2]
+    text = "{} {:d}".format(*pulse.getsockname()[:2])
     assert whereabouts.probe(text) == "alive"
     pulse.close()
     assert whereabouts.probe(text) == "gone"

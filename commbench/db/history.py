@@ -11,8 +11,9 @@ change-point problem") says whether a series changed, by binary segmentation (ea
 again, at most 3 changes, each side at least 5 runs). The test ranks the runs, so it weighs a
 shift against the spread of the runs themselves and one wild run moves it little; a change is
 claimed at p < 0.01 (below 40 runs the p is drawn from 4,000 permutations of the ranks, the
-closed form being far too cautious there). Where it lies: the split of least squares of the log figures (clamped to
-their 2.5 and 97.5 percentiles), which places a step more precisely than the ranks.
+closed form being far too cautious there). Where it lies: the split of least squares of the log
+figures (clamped to their 2.5 and 97.5 percentiles), which places a step more precisely than the
+ranks.
 Its size is the ratio of the medians after and before, with a 95% bootstrap interval (1,000
 resamples of each side).
 """
@@ -78,8 +79,7 @@ def load(store, tag=None, ops=None, since=None):
                 .group_by(*columns, band))
     if ops:
         per_band = per_band.where(results.c.op.in_(list(ops)))
-    per_band = per_band.subquery()
-    b = per_band.c
+    b = per_band.subquery().c
     query = (select(runs.c.id, runs.c.started_at, runs.c.dist, runs.c.backend, runs.c.device,
                     runs.c.world_size, b.op, b.dtype, b.reduce_op, b.groups, b.group_no, b.band,
                     b.sizes, b.smallest, b.largest, b.log_mean)
@@ -90,7 +90,7 @@ def load(store, tag=None, ops=None, since=None):
         query = query.where(runs.c.started_at >= since)
     with store.connection.begin():
         rows = store.connection.execute(query).all()
-    found = {}
+    found: dict = {}
     metric = {name: kind for name, _, _, kind in BANDS}
     for (run, when, dist, backend, device, world, op, dtype, reduce_op, groups, group, name,
          count, smallest, largest, value) in rows:
@@ -114,7 +114,7 @@ def _largest_u(ranks):
     return numpy.where(allowed, u, -1)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _null(n):
     """Pettitt's largest |U| over PERMUTATIONS orders of the ranks 1..n, sorted: the test's own
     distribution for a series of n runs, drawn once (a fixed seed: one series, one verdict)."""
@@ -188,7 +188,7 @@ def _interval(before, after, rng):
 def split_points(values, alpha=ALPHA):
     """Where `values` changed, oldest first, by binary segmentation with Pettitt's test."""
     values = numpy.asarray(values, dtype=float)
-    found = []
+    found: list = []
 
     def split(low, high):
         if len(found) >= MAX_CHANGES:

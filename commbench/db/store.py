@@ -12,12 +12,11 @@ import json
 import math
 import os
 import time
+from typing import cast
 
 from ..errors import BenchmarkError
 from . import schema
 
-from ..outputs import ENVIRONMENT  # noqa: F401  (COMMBENCH_DB: read there)
-DEFAULT = "results/commbench.db"
 BUSY_TIMEOUT_S = 60
 CONNECT_TIMEOUT_S = 5
 _PG_LOCK = 38_0001  # pg_advisory_xact_lock's key: migrations one at a time
@@ -94,7 +93,7 @@ class Store:
                 event.listen(self.engine, "begin", _sqlite_begin)
             else:
                 postgresql = self.url.get_backend_name() == "postgresql"
-                options = {"connect_timeout": CONNECT_TIMEOUT_S} if postgresql else {}
+                options: dict = {"connect_timeout": CONNECT_TIMEOUT_S} if postgresql else {}
                 if postgresql and read_only:
                     options["options"] = "-c default_transaction_read_only=on"
                 self.engine = create_engine(self.url, connect_args=options)
@@ -149,7 +148,8 @@ class Store:
                 schema.runs.c.id == run_id)).scalar()
             rows = self.connection.execute(select(schema.results.c.record).where(
                 schema.results.c.run_id == run_id).order_by(schema.results.c.seq)).all()
-        return json.loads(meta), [json.loads(row.record) for row in rows]
+        # the id is one the database gave: its run is there
+        return json.loads(cast(str, meta)), [json.loads(row.record) for row in rows]
 
 
 def _sqlite_connect(dbapi_connection, _record):

@@ -150,7 +150,6 @@ def _narrow(group, leaf, measure):
 
 
 def _name(figures, judgement, group, whole, rounds, ratio):
-    names = figures.names
     said = (f"the fleet-wide collective ran at {math.exp(whole):.2f}x what its pairs predict; "
             f"bisected in {rounds} rounds to these {len(group)} hosts, at {math.exp(ratio):.2f}x "
             "with as many good hosts (twice, the other half beside it at once)")

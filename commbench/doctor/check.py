@@ -47,9 +47,6 @@ class Check:
 
     # ------------------------------------------------------------------ steps
 
-    def _dead_hosts(self):
-        return {self.comm.hostnames[r] for r in self.control.gone}
-
     def sync(self, name):
         """Every live rank at `name`; hosts of ranks that never came are unreachable."""
         new = self.control.step(name)

@@ -17,6 +17,7 @@ import time
 import torch
 import torch.distributed
 
+from ..opfacts import FACTS
 from ..timing import interval
 
 
@@ -219,7 +220,7 @@ class Host:
         for _ in range(max(1, warmups)):
             self._window(self.large, 1)
         seconds = _windows(lambda: self._window(self.large, max(2, trials // 5)), repeat)
-        factor = 2 * (self.size - 1) / self.size  # all_reduce's bus bandwidth (S/t)·2(n−1)/n
+        factor = FACTS["all_reduce"].busbw_factor(self.size)  # its bus bandwidth, (S/t)·2(n−1)/n
         busbw = _bandwidth(self.large.nbytes * factor, seconds)
         return {"busbw_Bps": busbw[0], "busbw_ci_Bps": busbw[1],
                 "large_bytes": self.large.nbytes, "windows": repeat}

@@ -3,16 +3,14 @@
 import functools
 
 from commbench import harness
-from commbench.collective import GATHERED, Collective, bound
+from commbench.collective import Collective, bound
+from commbench.opfacts import FACTS
 
-ALL_GATHER = Collective(
-    name="all_gather",
+ALL_GATHER = Collective.of(
+    FACTS["all_gather"],
     bind=lambda comm, input, output, async_op: bound(
         comm.all_gather, output, input, async_op=async_op),
     output_numel=lambda numel, n: n * numel,
-    algbw_factor=lambda n: n,
-    busbw_factor=lambda n: n - 1,  # (nS/t) * (n-1)/n
-    size_rule=GATHERED,
     staging=lambda n: n,  # gloo gathers into a temporary n-fold output, then copies it
     # Output position i holds element i mod E of rank i div E.
     expected=lambda values, rank, n, numel, index: values(index // numel, index % numel),

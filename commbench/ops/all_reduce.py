@@ -4,19 +4,16 @@ tensors, in place."""
 import functools
 
 from commbench import harness
-from commbench.collective import WHOLE, Collective, bound
+from commbench.collective import Collective, bound
+from commbench.opfacts import FACTS
 
-ALL_REDUCE = Collective(
-    name="all_reduce",
+ALL_REDUCE = Collective.of(
+    FACTS["all_reduce"],
     bind=lambda comm, input, output, async_op: bound(
         comm.dist.all_reduce, input, *comm.reduce_args, async_op=async_op),
     output_numel=None,
-    algbw_factor=lambda n: 2,
-    busbw_factor=lambda n: 2 * (n - 1) / n,
-    size_rule=WHOLE,
     expected=lambda values, rank, n, numel, index: values.reduce(
         values(s, index) for s in range(n)),
-    reduces=True,
 )
 
 

@@ -1,9 +1,11 @@
-"""all_to_all: rank r sends its j-th of n equal chunks to rank j and receives chunk r of every rank."""
+"""all_to_all: rank r sends its j-th of n equal chunks to rank j and receives chunk r of every
+rank."""
 
 import functools
 
 from commbench import harness
-from commbench.collective import SPLIT, Collective, bound
+from commbench.collective import Collective, bound
+from commbench.opfacts import FACTS
 
 
 def _first_of_each_chunk(comm, input, output):
@@ -22,14 +24,11 @@ def _received(values, rank, n, numel, index):
     return values(index // chunk, rank * chunk + index % chunk)
 
 
-ALL_TO_ALL = Collective(
-    name="all_to_all",
+ALL_TO_ALL = Collective.of(
+    FACTS["all_to_all"],
     bind=lambda comm, input, output, async_op: bound(
         comm.dist.all_to_all_single, output, input, async_op=async_op),
     output_numel=lambda numel, n: numel,
-    algbw_factor=lambda n: 1,
-    busbw_factor=lambda n: (n - 1) / n,
-    size_rule=SPLIT,
     expected=_received,
     debug=_first_of_each_chunk,
 )

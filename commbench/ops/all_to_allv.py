@@ -7,9 +7,10 @@ import functools
 import torch
 
 from commbench import harness
-from commbench.collective import SPLIT, Collective, bound
-from commbench.cli import argument
+from commbench.collective import Collective, bound
+from commbench.flags import argument
 from commbench.numbers import int_at_least
+from commbench.opfacts import FACTS
 from commbench.traffic import Traffic, parse_skew, read_matrix
 
 
@@ -88,15 +89,12 @@ def flags(parser):
                         help="all_to_allv: the seed of --a2a-skew's draw (default %(default)s)")
 
 
-ALL_TO_ALLV = Collective(
-    name="all_to_allv",
+ALL_TO_ALLV = Collective.of(
+    FACTS["all_to_allv"],
     bind=functools.partial(_bind, _EVEN),
     output_numel=functools.partial(_largest_received, _EVEN),
-    algbw_factor=lambda n: 1,  # the busiest sender's bytes a second
-    busbw_factor=_EVEN.busbw_factor,  # the busiest rank's bytes to or from the others
-    # sizes as all_to_all's (n x a power of two; bytes rounded down to a multiple of n), so
-    # their tables line up; the single-size plan counts the busiest receiver's output
-    size_rule=SPLIT,
+    # the busiest rank's bytes to or from the others, per byte the busiest sender sends
+    busbw_factor=_EVEN.busbw_factor,
     expected=functools.partial(_received, _EVEN),
     specialize=specialize,
     flags=flags,

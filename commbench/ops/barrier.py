@@ -4,7 +4,8 @@ import functools
 import time
 
 from commbench import harness
-from commbench.collective import WHOLE, Collective, bound
+from commbench.collective import Collective, bound
+from commbench.opfacts import FACTS
 
 # --check: the last rank arrives this late; a rank that leaves the barrier sooner than half of
 # it after the common start did not wait for it.
@@ -25,15 +26,11 @@ def _check(comm, call, args):
     return int(comm.rank != last and waited < LATE_ARRIVAL_S / 2)
 
 
-BARRIER = Collective(
-    name="barrier",
+BARRIER = Collective.of(
+    FACTS["barrier"],
     bind=lambda comm, input, output, async_op: bound(comm.dist.barrier, async_op=async_op),
     output_numel=None,
-    algbw_factor=lambda n: 0,
-    busbw_factor=lambda n: 0,
-    size_rule=WHOLE,
     expected=None,
-    payload=False,
     check=_check,
 )
 

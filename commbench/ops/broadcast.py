@@ -3,17 +3,17 @@
 import functools
 
 from commbench import harness
-from commbench.collective import WHOLE, Collective, bound
+from commbench.collective import Collective, bound
+from commbench.opfacts import FACTS
 
-BROADCAST = Collective(
-    name="broadcast",
+ROOT = FACTS["broadcast"].root
+
+BROADCAST = Collective.of(
+    FACTS["broadcast"],
     bind=lambda comm, input, output, async_op: bound(
-        comm.dist.broadcast, input, 0, async_op=async_op),
+        comm.dist.broadcast, input, ROOT, async_op=async_op),
     output_numel=None,
-    algbw_factor=lambda n: 1,
-    busbw_factor=lambda n: 1,
-    size_rule=WHOLE,
-    expected=lambda values, rank, n, numel, index: values(0, index),
+    expected=lambda values, rank, n, numel, index: values(ROOT, index),
 )
 
 

@@ -4,9 +4,10 @@ nothing."""
 import functools
 
 from commbench import harness
-from commbench.collective import GATHERED, Collective, bound
+from commbench.collective import Collective, bound
+from commbench.opfacts import FACTS
 
-ROOT = 0
+ROOT = FACTS["gather"].root
 
 
 def _bind(comm, input, output, async_op):
@@ -22,13 +23,10 @@ def _expected(values, rank, n, numel, index):
     return values(index // numel, index % numel)
 
 
-GATHER = Collective(
-    name="gather",
+GATHER = Collective.of(
+    FACTS["gather"],
     bind=_bind,
     output_numel=lambda numel, n: n * numel,  # used at the root only; allocated everywhere
-    algbw_factor=lambda n: n,  # nccl-tests: the gathered n·S over t
-    busbw_factor=lambda n: n - 1,  # (nS/t) * (n-1)/n
-    size_rule=GATHERED,
     staging=lambda n: n,  # gloo gathers into a temporary n-fold output at the root, then copies
     expected=_expected,
 )

@@ -6,7 +6,8 @@ import dataclasses
 import functools
 
 from commbench import harness
-from commbench.collective import WHOLE, Collective
+from commbench.collective import Collective
+from commbench.opfacts import FACTS
 from commbench.errors import UsageError
 
 
@@ -125,13 +126,10 @@ def flags(parser):
                              "counts both directions, as osu_bibw)")
 
 
-PT2PT = Collective(
-    name="pt2pt",
+PT2PT = Collective.of(
+    FACTS["pt2pt"],
     bind=functools.partial(_bind, "one", False),
     output_numel=None,
-    algbw_factor=lambda n: 1,
-    busbw_factor=lambda n: 1,
-    size_rule=WHOLE,
     # Rank 1 ends with rank 0's data; every other rank keeps its own.
     expected=functools.partial(_expected, "one", False),
     min_world_size=2,

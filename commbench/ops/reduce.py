@@ -4,9 +4,10 @@ in place; the other ranks' tensors are left undefined."""
 import functools
 
 from commbench import harness
-from commbench.collective import WHOLE, Collective, bound
+from commbench.collective import Collective, bound
+from commbench.opfacts import FACTS
 
-ROOT = 0
+ROOT = FACTS["reduce"].root
 
 
 def _expected(values, rank, n, numel, index):
@@ -16,16 +17,12 @@ def _expected(values, rank, n, numel, index):
     return values.reduce(values(s, index) for s in range(n))
 
 
-REDUCE = Collective(
-    name="reduce",
+REDUCE = Collective.of(
+    FACTS["reduce"],
     bind=lambda comm, input, output, async_op: bound(
         comm.dist.reduce, input, ROOT, *comm.reduce_args, async_op=async_op),
     output_numel=None,
-    algbw_factor=lambda n: 1,  # nccl-tests: S/t for both
-    busbw_factor=lambda n: 1,
-    size_rule=WHOLE,
     expected=_expected,
-    reduces=True,
 )
 
 

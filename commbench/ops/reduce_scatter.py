@@ -4,21 +4,18 @@ the r-th of n chunks."""
 import functools
 
 from commbench import harness
-from commbench.collective import SPLIT, Collective, bound
+from commbench.collective import Collective, bound
+from commbench.opfacts import FACTS
 
-REDUCE_SCATTER = Collective(
-    name="reduce_scatter",
+REDUCE_SCATTER = Collective.of(
+    FACTS["reduce_scatter"],
     bind=lambda comm, input, output, async_op: bound(
         comm.reduce_scatter, output, input, *comm.reduce_args, async_op=async_op),
     output_numel=lambda numel, n: numel // n,
-    algbw_factor=lambda n: 1,
-    busbw_factor=lambda n: (n - 1) / n,
-    size_rule=SPLIT,
     staging=lambda n: 1,  # gloo reduces a temporary copy of the whole input
     # Rank r keeps the reduction of chunk r (E/n elements from r·E/n) of every rank.
     expected=lambda values, rank, n, numel, index: values.reduce(
         values(s, rank * (numel // n) + index) for s in range(n)),
-    reduces=True,
 )
 
 

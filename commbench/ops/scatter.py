@@ -3,9 +3,10 @@
 import functools
 
 from commbench import harness
-from commbench.collective import SPLIT, Collective, bound
+from commbench.collective import Collective, bound
+from commbench.opfacts import FACTS
 
-ROOT = 0
+ROOT = FACTS["scatter"].root
 
 
 def _bind(comm, input, output, async_op):
@@ -14,13 +15,10 @@ def _bind(comm, input, output, async_op):
     return bound(comm.dist.scatter, output, scatter_list, ROOT, async_op=async_op)
 
 
-SCATTER = Collective(
-    name="scatter",
+SCATTER = Collective.of(
+    FACTS["scatter"],
     bind=_bind,
     output_numel=lambda numel, n: numel // n,
-    algbw_factor=lambda n: 1,  # Size is the root's whole message S, as reduce_scatter's
-    busbw_factor=lambda n: (n - 1) / n,  # nccl-tests: (S/t) * (n-1)/n
-    size_rule=SPLIT,
     staging=lambda n: 1,  # gloo flattens the root's chunks into one temporary copy
     # Rank r receives chunk r (E/n elements from r·E/n) of the root's input.
     expected=lambda values, rank, n, numel, index: values(ROOT, rank * (numel // n) + index),

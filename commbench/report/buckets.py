@@ -25,7 +25,7 @@ class Row:
     bucket: int  # bytes
     buckets: int  # calls per step
     comm_s: float  # all buckets one after the other
-    exposed_s: float = None  # with a backward time: what the step waits for after backward
+    exposed_s: float | None = None  # with a backward time: what the step waits for after backward
     extrapolated: bool = False
     measured: bool = True  # a size of the curve (False: a default put beside it)
 
@@ -33,13 +33,13 @@ class Row:
 @dataclass
 class Advice:
     grad_bytes: int
-    backward_s: float
+    backward_s: float | None  # None: no backward time given
     element_size: int
     overlap_source: str  # where the hidden share came from
     smallest: int = 1  # the smallest bucket size considered (bytes)
     rows: list = field(default_factory=list)  # measured sizes, ascending
     defaults: dict = field(default_factory=dict)  # name -> Row
-    best: Row = None
+    best: Row | None = None
 
 
 def _overlap_curve(records):

@@ -1,6 +1,7 @@
 """From numbers to decisions: compare two runs of the suite (or an nccl-tests run).
 
-  python report.py compare A B [--threshold 1.10] [--noise-threshold 5] [--format text|markdown|json]
+  python report.py compare A B [--threshold 1.10] [--noise-threshold 5]
+                               [--format text|markdown|json]
   python report.py compare RUN      (a run of --groups: its layouts side by side)
   python report.py compare R1 R2    (two replays of one trace, replay.py --output: call by call)
   python report.py plot A [B ...] -o curves.png     (a doctor.py run: its pair heatmaps)

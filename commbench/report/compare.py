@@ -181,7 +181,7 @@ def match(a, b):
     --pairs and --bidirectional). Where an op was measured once in each run, but not alike, the
     two are set side by side and `difference` names how they differ."""
     keyed_a, keyed_b = _dtype_keyed(a, b), _dtype_keyed(b, a)
-    matched = [(k, keyed_a[k], keyed_b[k], None) for k in keyed_a if k in keyed_b]
+    matched: list[tuple] = [(k, keyed_a[k], keyed_b[k], None) for k in keyed_a if k in keyed_b]
     only_a = [k for k in keyed_a if k not in keyed_b]
     only_b = [k for k in keyed_b if k not in keyed_a]
     for op in dict.fromkeys(k.split()[0] for k in only_a):
@@ -239,7 +239,8 @@ def compare(a, b, threshold, noise=0.05):
     for op, key_a, key_b, difference in matched:
         mine, theirs = a.ops.get(key_a, {}), b.ops.get(key_b, {})
         windows_a, windows_b = a.windows.get(key_a, {}), b.windows.get(key_b, {})
-        rows, samples = [], {}
+        rows: list = []
+        samples: dict = {}
         for size in sorted(set(mine) & set(theirs)):
             x, y = mine[size], theirs[size]
             ratio = y.duration / x.duration if x.duration > 0 else None

@@ -7,7 +7,7 @@ import os
 import sys
 
 from .. import units
-from ..db import history, power, store as stores
+from ..db import ENVIRONMENT, history, power, store as stores
 from ..errors import BenchmarkError
 from .runs import ReportError, ReportUsageError
 
@@ -15,9 +15,9 @@ from .runs import ReportError, ReportUsageError
 def _open(where, read_only=True):
     """The database at --db (or $COMMBENCH_DB). The commands that only read open it read-only:
     a database that is not there is one line and exit 2, and none is created."""
-    where = where or os.environ.get(stores.ENVIRONMENT)
+    where = where or os.environ.get(ENVIRONMENT)
     if not where:
-        raise ReportUsageError(f"give --db URL (or set {stores.ENVIRONMENT})")
+        raise ReportUsageError(f"give --db URL (or set {ENVIRONMENT})")
     try:
         return stores.Store(where, read_only=read_only)
     except stores.StoreMissing as error:
@@ -194,9 +194,9 @@ def show(args):
 # --------------------------------------------------------------------------- compare --db
 
 def run_to_run(where, meta):
-    """{(op, band): (runs, half, smallest found)} from the database's runs of the configuration `meta` (a
-    results file's meta record) describes: what two processes of one command differ by, the
-    half-width (in log) of the 95% prediction interval of log(a / b) for two new runs, t(df) x s
+    """{(op, band): (runs, half, smallest found)} from the database's runs of the configuration
+    `meta` (a results file's meta record) describes: what two processes of one command differ by,
+    the half-width (in log) of the 95% prediction interval of log(a / b) for two new runs, t(df) x s
     x sqrt 2, where s is the standard deviation of the runs' log band figures about their
     regime's mean (the regimes between changes; df = runs - regimes). The plain standard
     deviation, not a robust one: the runs of one command are heavy-tailed (oneCCL here: 32 to
@@ -212,7 +212,7 @@ def run_to_run(where, meta):
         store.close()
     want = {"dist": meta.get("dist"), "backend": meta.get("backend"),
             "device": meta.get("device"), "world_size": meta.get("world_size")}
-    spreads = {}
+    spreads: dict = {}
     for series in found:
         op, dtype, _, groups, _, dist, backend, device, world, band = series.key
         if groups or {"dist": dist, "backend": backend, "device": device,

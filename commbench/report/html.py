@@ -19,7 +19,6 @@ leads with the answer: a summary of each run's headline figures (and the verdict
 sizes only one run has and a verdict on few sizes said so), what ran (the command as typed),
 the curves, the tables, the legend last. The file is written whole or not at all."""
 
-import io
 import os
 import tempfile
 import time
@@ -151,7 +150,7 @@ def write(paths, output, db=None, tag=None):
     except OSError as error:
         raise ReportError(f"cannot write {output}: {error.strerror}") from None
     try:
-        with io.open(handle, "w", encoding="utf-8") as out:
+        with open(handle, "w", encoding="utf-8") as out:
             out.write(page)
         mask = os.umask(0)
         os.umask(mask)

@@ -6,15 +6,16 @@ so a kind that another's test would also take comes before it (a doctor.py run b
 results file; a document that quotes tables before a saved table).
 
 `kind_of(path)` reads the file once and names its kind; `load_run` and `section_of` are what
-the commands read through it (runs.load_run, html.py); a new kind is one row here (its reader in
+the commands read through it (cli.py, html.py); a new kind is one row here (its reader in
 runs.py, its section in sections.py; docs/extending.md). Standard library only."""
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 from .. import results
+from ..trace import dscomms, formats
 from . import doctor, replays, runs, sections
 from .runs import ReportError
 
@@ -29,16 +30,16 @@ class Kind:
     name: str
     recognise: Callable  # (path, text) -> bool: text is the whole file, read once
     what: str  # what the file is, as a line names it: "a saved table of this suite"
-    run: Optional[Callable] = None  # (path, text) -> runs.Run; None: it holds no run
-    refusal: Optional[str] = None  # why it holds no run: "{path}: {refusal}", one line
+    run: Callable | None = None  # (path, text) -> runs.Run; None: it holds no run
+    refusal: str | None = None  # why it holds no run: "{path}: {refusal}", one line
     # (path, text, read) -> (section, Run or None) (sections.of_*); None: refused, as `run`
-    section: Optional[Callable] = None
+    section: Callable | None = None
     # (a, b, noise, format) -> the text `report.py compare A B` prints, A of this kind;
     # None: A and B are runs compared size by size
-    compare: Optional[Callable] = None
+    compare: Callable | None = None
     # (path, output): how `report.py plot` draws a file of this kind given alone; None: its
     # curves, with those of the other runs given
-    plot: Optional[Callable] = None
+    plot: Callable | None = None
 
     def read(self, path, text):
         """The Run in the file, or this kind's one line."""
@@ -104,20 +105,10 @@ def _document(test):
     return lambda path, text: test(runs.json_document(text))
 
 
-# The traces replay.py reads (as commbench.trace.formats.recognise, which imports torch).
-
-def _commbench_trace(document):
-    return isinstance(document, dict) and document.get("format") == "commbench-trace"
-
-
-def _execution_trace(document):
-    return isinstance(document, dict) and "nodes" in document and "schema" in document
-
-
 def _param_trace(document):
-    return isinstance(document, list) and bool(document) and \
-        all(isinstance(entry, dict) for entry in document) and \
-        any("comms" in entry for entry in document)
+    """A PARAM basic trace's rank file (formats.is_param_basic); an empty list alone names no
+    format."""
+    return bool(document) and formats.is_param_basic(document)
 
 
 def _meta_says(key, value):
@@ -175,9 +166,9 @@ def _is_a(path, name):
 KINDS = (
     Kind("replay", _replay, "a replay.py run", run=_as_results, section=sections.of_replay,
          compare=_compare_replays),
-    Kind("deepspeed-logger", _document(runs.deepspeed_summary), "DeepSpeed's comms logger summary",
+    Kind("deepspeed-logger", _document(dscomms.is_summary), "DeepSpeed's comms logger summary",
          run=runs.from_deepspeed_logger, section=_of_logger),
-    Kind("deepspeed-raw", _document(runs.deepspeed_raw), "DeepSpeed's comms logger raw data",
+    Kind("deepspeed-raw", _document(dscomms.is_raw), "DeepSpeed's comms logger raw data",
          refusal="DeepSpeed's get_raw_data() keeps no world size: save "
                  "log_summary(return_dict=True) for report.py (replay.py reads both)"),
     Kind("report-page", _report_page, "a page report.py html wrote",
@@ -186,9 +177,9 @@ KINDS = (
          refusal=f"an HTML page, not a results file ({READS})"),
     Kind("image", _image, "an image or a PDF",
          refusal=f"an image or a PDF, not a results file ({READS})"),
-    Kind("commbench-trace", _document(_commbench_trace), "a trace of commbench.trace.record",
+    Kind("commbench-trace", _document(formats.is_commbench), "a trace of commbench.trace.record",
          refusal=f"a trace of commbench.trace.record {REPLAYS_IT}"),
-    Kind("execution-trace", _document(_execution_trace), "a PyTorch execution trace",
+    Kind("execution-trace", _document(formats.is_execution_trace), "a PyTorch execution trace",
          refusal=f"a PyTorch execution trace {REPLAYS_IT}"),
     Kind("param-trace", _document(_param_trace), "a PARAM basic comms trace",
          refusal=f"a PARAM basic comms trace {REPLAYS_IT}"),

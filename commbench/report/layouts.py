@@ -26,7 +26,7 @@ def layouts(run):
     """One run of --groups with its layouts side by side: per op and size each layout's
     duration and bus bandwidth (a layout's figure is its slowest group's), and a verdict on
     where the time goes: inter-host against intra-host, the world against inter-host."""
-    by_op = {}
+    by_op: dict = {}
     for key in op_order(run.ops):
         op, kind = split_layout(key)
         by_op.setdefault(op, {})[kind] = run.ops[key]

@@ -30,7 +30,7 @@ def load(path):
         raise ReportError(f"cannot read {path}: {error.strerror}") from None
     except ValueError as error:
         raise ReportError(f"{path}: not a results file of parallel_bench.py ({error})") from None
-    meta = next((line for line in lines if line.get("type") == "meta"), {})
+    meta: dict = next((line for line in lines if line.get("type") == "meta"), {})
     records = [line for line in lines if line.get("type") == "strategy"]
     if meta.get("kind") != "strategies" or not records:
         raise ReportError(f"{path}: no strategy runs in it (write one with parallel_bench.py "
@@ -53,7 +53,7 @@ def workload(meta, records, gpu_mem_gb, **extra):
     if "stage3_prefetch_bucket_size" in zero3:
         extra.setdefault("prefetch_bytes",
                          float(zero3["stage3_prefetch_bucket_size"]) * model["element_size"])
-    zero12 = next((_zero_config(degrees[s]) for s in ("zero1", "zero2") if s in degrees), {})
+    zero12: dict = next((_zero_config(degrees[s]) for s in ("zero1", "zero2") if s in degrees), {})
     if "reduce_bucket_size" in zero12:
         extra.setdefault("zero_bucket_elements", float(zero12["reduce_bucket_size"]))
     return strategy.Workload(
@@ -79,7 +79,7 @@ def _ratio(measured, estimated):
 
 
 def _by_op(collectives):
-    found = {}
+    found: dict = {}
     for c in collectives:
         found[c.op] = found.get(c.op, 0.0) + c.count * c.message
     return found
@@ -139,7 +139,8 @@ def analyse(meta, records, curves, w):
     return {"model": meta["model"], "world_size": meta["world_size"],
             "hostnames": meta.get("hostnames"), "steps": records[0].get("steps"),
             "rows": rows, "baseline": base and base["strategy"],
-            "picked_by": "tokens_per_s", "recommended": best_row(rows)["strategy"] if rows else None,
+            "picked_by": "tokens_per_s",
+            "recommended": best_row(rows)["strategy"] if rows else None,
             "recommendation": recommend(rows, base)}
 
 
@@ -204,7 +205,8 @@ def recommend(rows, base):
         text += "; the baseline is the choice"
     shortest = min(rows, key=lambda r: r["step_s"])
     if shortest is not best and shortest["step_s"] < best["step_s"]:
-        text += (f"; {shortest['plan']} has the shortest step ({units.duration(shortest['step_s'])})"
+        text += (f"; {shortest['plan']} has the shortest step "
+                 f"({units.duration(shortest['step_s'])})"
                  f" but trains {_tokens_per_step(shortest):.0f} tokens a step to {best['plan']}'s "
                  f"{_tokens_per_step(best):.0f}: {shortest['tokens_per_s']:.0f} tokens/s")
     # the trade-offs worth making: each strategy leaner than every faster one
@@ -252,14 +254,16 @@ def render(analysis, form):
              f"{model['micro_batches']} micro-batches of {model['micro_batch']}, {model['dtype']}) "
              f"on {analysis['world_size']} ranks, median of {analysis['steps']} steps", "",
              "### Measured against estimated", "",
-             "| strategy | step time (ms) | est. | ratio | tokens/s | comm bytes per step (MiB) | est. | ratio "
-             "| comm time per step (ms) | est. | ratio | exposed comm (ms) | peak memory per rank "
-             "(MiB) | above start (MiB) | est. model states (MiB) |",
+             "| strategy | step time (ms) | est. | ratio | tokens/s | comm bytes per step (MiB) "
+             "| est. | ratio | comm time per step (ms) | est. | ratio | exposed comm (ms) "
+             "| peak memory per rank (MiB) | above start (MiB) | est. model states (MiB) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in analysis["rows"]:
         lines.append(
-            f"| {row['plan']} | {_cell(row['step_s'], 1e3)} | {_cell(row['estimated_step_s'], 1e3)} "
-            f"| {_r(row['step_ratio'])} | {_tokens(row, analysis)} | {_cell(row['bytes'], 2 ** -20, 3)} "
+            f"| {row['plan']} | {_cell(row['step_s'], 1e3)} "
+            f"| {_cell(row['estimated_step_s'], 1e3)} "
+            f"| {_r(row['step_ratio'])} | {_tokens(row, analysis)} "
+            f"| {_cell(row['bytes'], 2 ** -20, 3)} "
             f"| {_cell(row['estimated_bytes'], 2 ** -20, 3)} | {_r(row['bytes_ratio'])} "
             f"| {_cell(row['comm_s'], 1e3)} | {_cell(row['estimated_comm_s'], 1e3)}"
             f"{' (extrapolated)' if row['extrapolated'] else ''} | {_r(row['comm_ratio'])} "
@@ -268,15 +272,16 @@ def render(analysis, form):
             f"| {_cell(row['estimated_states_bytes'], 2 ** -20, 1)} |")
     lines += ["", "Estimated step = the strategy's measured compute + the estimated communication, "
               "none of it hidden. Tokens/s (the recommendation's figure, its best in bold) = the "
-              "tokens a step trains / the step time. Peak memory is each rank's high-water mark over the measured "
-              "steps (resident memory on CPU: the process, activations and buffers as well as the "
-              "model states the estimate counts); above start, that peak less what the rank held "
-              "before the strategy was set up (the largest over ranks).", ""]
+              "tokens a step trains / the step time. Peak memory is each rank's high-water mark "
+              "over the measured steps (resident memory on CPU: the process, activations and "
+              "buffers as well as the model states the estimate counts); above start, that peak "
+              "less what the rank held before the strategy was set up (the largest over ranks).",
+              ""]
     base = next((r for r in analysis["rows"] if r["strategy"] == analysis["baseline"]), None)
     if base:
         lines += ["### Against DDP (baseline)", "",
-                  "| strategy | step time | tokens/s | memory (above start) | traffic | exposed comm "
-                  "| loss first -> last |", "|---|---|---|---|---|---|---|"]
+                  "| strategy | step time | tokens/s | memory (above start) | traffic "
+                  "| exposed comm | loss first -> last |", "|---|---|---|---|---|---|---|"]
         for row in analysis["rows"]:
             traffic = _pct(row["bytes"] / base["bytes"]) if base["bytes"] else "-"
             lines.append(
@@ -295,7 +300,8 @@ def render(analysis, form):
     for row in analysis["rows"]:
         for op, figures in row["ops"].items():
             lines.append(f"| {row['plan']} | {op} | {figures['calls']:g} "
-                         f"| {figures['bytes'] / 2 ** 20:.3f} | {figures['estimated_bytes'] / 2 ** 20:.3f} "
+                         f"| {figures['bytes'] / 2 ** 20:.3f} "
+                         f"| {figures['estimated_bytes'] / 2 ** 20:.3f} "
                          f"| {figures['time_s'] * 1e3:.2f} |")
     lines += ["", "### Where the estimate was wrong", ""]
     wrong = [row for row in analysis["rows"] if row["wrong"]]

@@ -1,7 +1,7 @@
 """`report.py compare A B` of two replays of one trace (replay.py --output): the pass, each op
 kind and each call, B against A, each the median of its passes (as replay.py prints them), and
-every call marked slower or faster listed. With several passes a side (--repeat), every ratio gets the
-95% interval compare.py gives sizes (Welch's, on the log times of the passes), and a change is
+every call marked slower or faster listed. With several passes a side (--repeat), every ratio gets
+the 95% interval compare.py gives sizes (Welch's, on the log times of the passes), and a change is
 marked only when its interval excludes 1 and it is beyond the noise threshold."""
 
 import json
@@ -16,7 +16,7 @@ def load(path):
     meta, calls, summary = None, {}, None
     try:
         with open(path, encoding="utf-8") as source:
-            for number, line in enumerate(source, 1):
+            for number, line in enumerate(source, 1):  # noqa: B007 (the except names it)
                 if not line.strip():
                     continue
                 record = json.loads(line)
@@ -64,7 +64,7 @@ def _ratio(windows_a, windows_b, noise):
 
 def _kind_windows(calls, kind_of):
     """{kind: [per pass: the slowest rank's sum]}"""
-    sums = {}  # kind -> rank -> [per pass]
+    sums: dict = {}  # kind -> rank -> [per pass]
     for (rank, _), call in calls.items():
         times = call.get("times_s")
         if not times:

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from .. import defaults
 from .. import results
+from ..opfacts import FACTS
+from ..trace import dscomms
 
 OPS = defaults.OPS  # report order: the suite's own ops first, others after
 
@@ -62,13 +64,6 @@ def bandwidth(bytes_per_second, unit):
 
 def bandwidth_label(unit):
     return BW_UNITS.get(unit, BW_UNITS["Gbps"])[1]
-
-
-def load_run(path):
-    """The Run in `path`, whatever kind of input holds it (recognised from its content:
-    kinds.KINDS); one line for a file that holds none."""
-    from .kinds import load_run as loaded  # kinds.py builds on this module's readers
-    return loaded(path)
 
 
 def _label(meta, path):
@@ -243,17 +238,12 @@ def from_nccl_tests(path, text):
 
 # ------------------------------------------------------------------ DeepSpeed's comms logger
 
-# deepspeed.comm's logged functions -> the suite's ops (as commbench/trace/dscomms.py)
-DEEPSPEED_OPS = {
-    "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce",
-    "inference_all_reduce": "all_reduce", "all_gather": "all_gather",
-    "all_gather_into_tensor": "all_gather", "all_gather_base": "all_gather",
-    "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
-    "reduce_scatter_base": "reduce_scatter", "all_to_all_single": "all_to_all",
-    "all_to_all": "all_to_all", "broadcast": "broadcast", "reduce": "reduce",
-    "send": "pt2pt", "recv": "pt2pt", "isend": "pt2pt", "irecv": "pt2pt",
-}
-DEEPSPEED_SKIPPED = ("barrier", "monitored_barrier", "log_summary_barrier")
+# deepspeed.comm's logged functions -> the suite's ops (the replay's reader's, point-to-point as
+# pt2pt); barriers have no size
+DEEPSPEED_OPS = {**{name: op for name, op in dscomms.OPS.items() if op != "barrier"},
+                 **{name: "pt2pt" for name in dscomms.SEND_RECV}}
+DEEPSPEED_SKIPPED = tuple(name for name, op in dscomms.OPS.items() if op == "barrier") + \
+    dscomms.SKIPPED
 
 
 @functools.lru_cache(maxsize=1)  # each kind's recogniser asks of the same text in turn
@@ -268,25 +258,9 @@ def json_document(text):
         return None
 
 
-def deepspeed_summary(document):
-    """Whether a JSON document is DeepSpeed's log_summary(return_dict=True) saved."""
-    return isinstance(document, dict) and isinstance(document.get("summary"), dict) and \
-        isinstance(document.get("metadata"), dict)
-
-
-def deepspeed_raw(document):
-    """Whether a JSON document is DeepSpeed's get_raw_data() saved (it keeps no world size)."""
-    return isinstance(document, dict) and bool(document) and all(
-        isinstance(sizes, dict) and sizes and all(
-            isinstance(v, list) and len(v) == 4 and isinstance(v[0], int)
-            for v in sizes.values()) for sizes in document.values())
-
-
 def _suite_busbw(op, size, seconds, n):
     """The suite's BusBW (SPEC 3) in bytes/s for `size` bytes of `op` in `seconds`."""
-    factor = {"all_reduce": 2 * (n - 1) / n, "all_gather": n * (n - 1) / n,
-              "all_to_all": (n - 1) / n, "reduce_scatter": (n - 1) / n}.get(op, 1.0)
-    return size / seconds * factor
+    return size / seconds * FACTS[op].busbw_factor(n)
 
 
 def from_deepspeed_logger(path, text):

@@ -12,6 +12,7 @@ import shlex
 import tempfile
 
 from .. import results, units
+from ..opfacts import FACTS
 from . import layouts
 from . import doctor, replays, trials
 from .runs import ReportError, bandwidth, bandwidth_label, op_order, record_key
@@ -63,10 +64,8 @@ def cell(text, value=None):
 
 # ------------------------------------------------------------------------- the runs
 
-LEGEND = [
-    ("all_reduce", "2S/t", "(S/t)·2(n−1)/n"), ("all_gather", "nS/t", "(nS/t)·(n−1)/n"),
-    ("all_to_all", "S/t", "(S/t)·(n−1)/n"), ("reduce_scatter", "S/t", "(S/t)·(n−1)/n"),
-    ("broadcast", "S/t", "S/t"), ("pt2pt", "S/t", "S/t")]
+# The page's legend: each op's Throughput and BusBW formulas (opfacts.FACTS)
+LEGEND = [(name, *facts.legend) for name, facts in FACTS.items()]
 
 
 # What a launcher adds to each rank's command line (the deepspeed launcher and torch's old
@@ -150,8 +149,8 @@ def op_tables(meta, records, run):
     interval = any(r.get("ci95_low_s") is not None for r in records)
     overlap = any(r.get("overlap_pct") is not None for r in records)
     unit = meta.get("bw_unit") or "Gbps"
-    tables = {}
-    keys = {}
+    tables: dict = {}
+    keys: dict = {}
     for record in records:
         key = record_key(record, run is not None and run.dtype is None)
         keys.setdefault(key, []).append(record)

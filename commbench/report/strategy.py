@@ -94,9 +94,9 @@ class Workload:
     # ZeRO-1/2's all_gather of the updated partitions, in messages of this many elements (None:
     # zero_bucket_elements; DeepSpeed 0.19.8 gathers each partition in one all_gather_into_tensor
     # whatever allgather_bucket_size says, which infinity stands for)
-    allgather_bucket_elements: float = None
+    allgather_bucket_elements: float | None = None
     # ZeRO-3's reduce_scatter in messages of this many bytes (None: prefetch_bytes)
-    reduce_scatter_bytes: float = None
+    reduce_scatter_bytes: float | None = None
     # ZeRO-3: parameters still gathered at the turn from forward to backward, not gathered again
     # in backward (DeepSpeed keeps a parameter whose next use is within stage3_max_reuse_distance)
     stage3_kept_elements: float = 0
@@ -169,8 +169,11 @@ def plans(w):
     k = 12 if w.element_size == 2 else 8
     states = weight + grad + k
     ring = (n - 1) / n
-    whole = (lambda b: b)
-    per_rank = (lambda b: b / n)  # all_gather's Size is the input of one rank
+    def whole(b):
+        return b
+
+    def per_rank(b):  # all_gather's Size is the input of one rank
+        return b / n
     zero_bucket = w.zero_bucket_elements * w.element_size
     m = w.micro_batches  # gradient accumulation steps
     gather_bucket = zero_bucket if w.allgather_bucket_elements is None else \
@@ -178,7 +181,8 @@ def plans(w):
     gathered = _bucketed("all_gather", gradients, gather_bucket, n, ring, per_rank)
     gathers = 2 if w.regathers else 1
     result = [
-        Plan("DDP", states * p, _bucketed("all_reduce", gradients, w.bucket_bytes, n, 2 * ring, whole)),
+        Plan("DDP", states * p,
+             _bucketed("all_reduce", gradients, w.bucket_bytes, n, 2 * ring, whole)),
         Plan("ZeRO-1", (weight + grad) * p + k * p / n,
              _bucketed("all_reduce", gradients, zero_bucket, n, 2 * ring, whole) + gathered,
              note="DeepSpeed: all_reduce of the gradients once per step, all_gather of the "
@@ -192,8 +196,8 @@ def plans(w):
              _bucketed("all_gather", m * (gathers * gradients - (
                  w.stage3_kept_elements * w.element_size if w.regathers else 0)),
                  w.prefetch_bytes, n, ring, per_rank)
-             + _bucketed("reduce_scatter", m * gradients, w.reduce_scatter_bytes or w.prefetch_bytes,
-                         n, ring, whole),
+             + _bucketed("reduce_scatter", m * gradients,
+                         w.reduce_scatter_bytes or w.prefetch_bytes, n, ring, whole),
              note="parameters gathered in forward" + (" and again in backward" if w.regathers
                                                       else " only (kept for backward)")
                   + f", gradients reduce-scattered, in each of {m} micro-batch(es)"),
@@ -324,8 +328,10 @@ def recommend(rows, w):
             f"{cost}")
     if best is not ddp:
         change = _traffic_change(best, ddp)
-        text += ", the same traffic as DDP" if change == "the same traffic" else f", {change} over DDP"
-    leaner = sorted((r for r in fitting if r["memory_bytes_per_rank"] < best["memory_bytes_per_rank"]),
+        text += (", the same traffic as DDP" if change == "the same traffic"
+                 else f", {change} over DDP")
+    leaner = sorted((r for r in fitting
+                     if r["memory_bytes_per_rank"] < best["memory_bytes_per_rank"]),
                     key=lambda r: -r["memory_bytes_per_rank"])
     floor = best
     for row in leaner:

@@ -40,8 +40,8 @@ def load(path):
     try:
         meta, records = results.read_all(path)  # the measured sizes, and replay.py's summary
     except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ReportError(f"cannot read {path}: {str(error).splitlines()[0] if str(error) else error}"
-                          ) from None
+        first = str(error).splitlines()[0] if str(error) else error
+        raise ReportError(f"cannot read {path}: {first}") from None
     found = []
     for record in records:
         if not isinstance(record, dict) or "per_trial" not in record:
@@ -129,7 +129,7 @@ def analyse(path, factor=2.0):
 
     def bounds_of(t):
         return [t.host_errors.get(hosts[r] if r < len(hosts) else "?", t.error) for r in t.ranks]
-    pools = {}  # the evidence of every size of the same ranks (and op kind) together
+    pools: dict = {}  # the evidence of every size of the same ranks (and op kind) together
     for record, t in found:
         key = (tuple(t.ranks), lateness.symmetric(record.get("op")))
         pools.setdefault(key, []).append(lateness.witnesses(t, record.get("op"), bounds_of(t)))
@@ -267,7 +267,9 @@ def _spike_words(s):
     kinds = s["spike_kinds"]
     if not kinds or len(s["ranks"]) < 2:
         return ""
-    late, stopped, inside = {}, {}, []
+    late: dict = {}
+    stopped: dict = {}
+    inside: list = []
     for kind, who, _ in kinds.values():
         if kind == "late":
             late[who] = late.get(who, 0) + 1
@@ -351,8 +353,8 @@ def render(sizes):
                          f"{units.duration(row['total_late_s'] / row['last'])} on average, "
                          f"{units.duration(row['total_late_s'])} in all{mark}")
         if many and s["undecided"]:
-            lines.append(f"  last to call  {s['undecided']} of {s['trials']} trials: no lead beyond "
-                         "the clocks' error (not counted)")
+            lines.append(f"  last to call  {s['undecided']} of {s['trials']} trials: no lead "
+                         "beyond the clocks' error (not counted)")
         for row in [r for r in (s["by_call"] or [])[:1] if r["caused_s"] > 0] if many else []:
             index = s["ranks"].index(row["rank"])
             mark = _mark(s, "call time", row["rank"])

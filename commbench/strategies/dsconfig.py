@@ -225,13 +225,6 @@ def _deepspeed_version():
     return deepspeed.__version__
 
 
-def zero_settings(config):
-    """The zero_optimization keys of config with DeepSpeed's defaults filled in, by alias (what
-    the engine reads back)."""
-    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
-    return DeepSpeedZeroConfig(**config["zero_optimization"]).model_dump(by_alias=True)
-
-
 def _dtype_name(dtype):
     """A torch dtype under the name a DeepSpeed config gives it (communication_data_type)."""
     import torch

@@ -88,7 +88,8 @@ def parser():
                    help="record the measured steps' communication, call by call, into "
                         "DIR/<strategy>/rank<R>.json, for replay.py (docs/replay.md)")
     p.add_argument("--device", default=None, help="default: cuda when available, else cpu")
-    p.add_argument("--backend", default=None, help="default: nccl on cuda, gloo on cpu (also where oneCCL's bindings are "
+    p.add_argument("--backend", default=None,
+                   help="default: nccl on cuda, gloo on cpu (also where oneCCL's bindings are "
                         "installed); ccl: --strategy ddp, tp and pp")
     p.add_argument("--timeout", type=_seconds, default=300,
                    help="seconds a rank waits for its peers (default %(default)s)")

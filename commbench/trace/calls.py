@@ -14,8 +14,8 @@ A `Function` says, for one torch.distributed function (by the names of its bound
 counts) and trace.capture.Tracer (what it records). A function torch adds is one row here.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 

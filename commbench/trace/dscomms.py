@@ -22,6 +22,7 @@ call's own; summary: the op and size's mean, total / count). Point-to-point call
 (the logger keeps no peer), as are ops the logger does not log.
 """
 
+from ..opfacts import FACTS
 from .model import Call, Trace, TraceError
 
 # deepspeed.comm's logged functions -> the replay's op
@@ -36,22 +37,34 @@ OPS = {
     "broadcast": "broadcast", "reduce": "reduce", "barrier": "barrier",
     "monitored_barrier": "barrier",
 }
-POINT_TO_POINT = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
+SEND_RECV = ("send", "recv", "isend", "irecv")
+POINT_TO_POINT = SEND_RECV + ("batch_isend_irecv",)
 SKIPPED = ("log_summary_barrier",)  # the logger's own barrier
 ORDER = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
          "barrier")
 
 
+def is_summary(document):
+    """Whether a JSON document has the shape of log_summary(return_dict=True) saved."""
+    return isinstance(document, dict) and isinstance(document.get("summary"), dict) and \
+        isinstance(document.get("metadata"), dict)
+
+
+def is_raw(document):
+    """Whether a JSON document has the shape of get_raw_data() saved (it keeps no world size)."""
+    return isinstance(document, dict) and bool(document) and all(
+        isinstance(sizes, dict) and bool(sizes) and all(
+            isinstance(v, list) and len(v) == 4 and isinstance(v[0], int)
+            for v in sizes.values())
+        for sizes in document.values())
+
+
 def recognise(document):
-    """'summary' (log_summary's dict), 'raw' (get_raw_data's) or None."""
-    if isinstance(document, dict) and isinstance(document.get("summary"), dict) and \
-            isinstance(document.get("metadata"), dict) and "world_size" in document["metadata"]:
+    """'summary' (log_summary's dict, with the world size the replay needs), 'raw'
+    (get_raw_data's) or None."""
+    if is_summary(document) and "world_size" in document["metadata"]:
         return "summary"
-    if isinstance(document, dict) and document and all(
-            isinstance(sizes, dict) and sizes and all(
-                isinstance(v, list) and len(v) == 4 and isinstance(v[0], int)
-                for v in sizes.values())
-            for sizes in document.values()):
+    if is_raw(document):
         return "raw"
     return None
 
@@ -115,7 +128,8 @@ def _call(op, size, world_size, path, name):
     numel = size // element
     call = Call(index=0, op=op, group=tuple(range(n)), dtype=dtype, in_numel=numel,
                 out_numel=numel, function=name)
-    if op in ("all_reduce", "reduce_scatter", "reduce"):
+    facts = FACTS[op]
+    if facts.reduces:
         call.reduce_op = "sum"
     if op == "all_gather":
         call.out_numel = numel * n
@@ -125,8 +139,8 @@ def _call(op, size, world_size, path, name):
         call.out_numel = numel // n
     elif op == "all_to_all" and numel % n:
         raise TraceError(f"{path}: {name} of {size} B does not split among {n} ranks")
-    elif op in ("broadcast", "reduce"):
-        call.root = 0
+    elif facts.root is not None:  # broadcast, reduce (the logger keeps no gather, scatter)
+        call.root = facts.root
     elif op == "barrier":
         call.dtype, call.in_numel, call.out_numel = None, 0, 0
     return call

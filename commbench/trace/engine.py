@@ -17,10 +17,9 @@ import time
 import torch
 import torch.distributed
 
+from ..opfacts import REDUCE_OPS, TRACE_REDUCE_OPS
 from .model import dtype_of
 from .replayed import REPLAYED
-
-REDUCE_OPS = {"sum": "SUM", "avg": "AVG", "product": "PRODUCT", "min": "MIN", "max": "MAX"}
 
 
 class Pool:
@@ -100,7 +99,7 @@ class Replayer:
     def reduce_op(self, call):
         """The layer's own ReduceOp member (deepspeed.comm has its own enum)."""
         layer = self.dist if hasattr(self.dist, "ReduceOp") else torch.distributed
-        return getattr(layer.ReduceOp, REDUCE_OPS[call.reduce_op or "sum"])
+        return getattr(layer.ReduceOp, REDUCE_OPS[TRACE_REDUCE_OPS[call.reduce_op or "sum"]])
 
     def function(self, name):
         """The layer's `name` (torch.distributed's where the layer has none)."""

@@ -125,7 +125,8 @@ def read(documents, files, world_size):
     notes = ["PyTorch execution trace: it does not say which group a call used, nor its "
              "reduction: every call is replayed in the world group, with sum"
              + (f" (the job made {len(job_groups)} other group"
-                f"{'s' if len(job_groups) != 1 else ''}: {' '.join(str(list(g)) for g in job_groups[:4])})"
+                f"{'s' if len(job_groups) != 1 else ''}: "
+                f"{' '.join(str(list(g)) for g in job_groups[:4])})"
                 if job_groups else ""),
              "PyTorch execution trace: an asynchronous call is waited for before the first later "
              "operator that touches its tensors, else at the end of the pass"]

@@ -71,13 +71,27 @@ def load_json(path):
         raise TraceError(f"{path}: not JSON: {error}") from None
 
 
+def is_commbench(document):
+    return isinstance(document, dict) and document.get("format") == FORMAT
+
+
+def is_execution_trace(document):
+    return isinstance(document, dict) and "nodes" in document and "schema" in document
+
+
+def is_param_basic(document):
+    """A PARAM basic trace's rank file: a list of entries, one at least with "comms"; or an empty
+    list (a rank that made no call: in a directory of them, the others name the format)."""
+    return isinstance(document, list) and all(isinstance(entry, dict) for entry in document) and \
+        (not document or any("comms" in entry for entry in document))
+
+
 def recognise(document):
-    if isinstance(document, dict) and document.get("format") == FORMAT:
+    if is_commbench(document):
         return "commbench"
-    if isinstance(document, dict) and "nodes" in document and "schema" in document:
+    if is_execution_trace(document):
         return "execution-trace"
-    if isinstance(document, list) and all(isinstance(entry, dict) for entry in document) and \
-            (not document or any("comms" in entry for entry in document)):
+    if is_param_basic(document):
         return "param-basic"
     from .dscomms import recognise as deepspeed_kind
     if deepspeed_kind(document):

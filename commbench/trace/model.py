@@ -15,8 +15,7 @@ the sums of in_split and out_split).
 
 from dataclasses import asdict, dataclass, field
 
-import torch
-
+from .. import opfacts
 from ..errors import UsageError
 
 FORMAT = "commbench-trace"
@@ -26,9 +25,9 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduc
                "gather", "scatter", "barrier")
 POINT_TO_POINT = ("send", "recv", "batch")
 OPS = COLLECTIVES + POINT_TO_POINT + ("wait",)
-ROOTED = ("broadcast", "reduce", "gather", "scatter")  # a root: a global rank
-REDUCING = ("all_reduce", "reduce", "reduce_scatter")  # a reduce op (reduce_op)
-REDUCE_OPS = ("sum", "avg", "product", "min", "max")
+ROOTED = opfacts.ROOTED  # a root: a global rank
+REDUCING = opfacts.REDUCING  # a reduce op (reduce_op)
+REDUCE_OPS = tuple(opfacts.TRACE_REDUCE_OPS)  # reduce_op's names (torch's: "product")
 
 # The op kinds of the tables, in the suite's order: point-to-point is pt2pt, as elsewhere.
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
@@ -52,6 +51,7 @@ class TraceError(UsageError):
 
 def dtype_of(name):
     """A torch dtype from its name in a trace ('float32', 'bfloat16', ...)."""
+    import torch  # here: the trace's readers (report/'s too) run without torch
     value = getattr(torch, name, None) if isinstance(name, str) else None
     if not isinstance(value, torch.dtype):
         raise TraceError(f"unknown dtype {name!r}")

@@ -12,9 +12,6 @@ import statistics
 import sys
 from dataclasses import dataclass
 
-import torch
-import torch.distributed
-
 from .. import clocks, defaults, gathered, provenance, trials as encoding, units, whereabouts
 from ..cli import add_store_flags
 from ..comm import init_comm

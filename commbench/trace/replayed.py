@@ -6,8 +6,8 @@ produce (model.OPS, less `wait`, which the engine's pass handles) is one row.
 Known values (engine.py's docstring): ones for the reductions, w(sender, receiver) for
 whatever travels from one rank to another."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.distributed

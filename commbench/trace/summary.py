@@ -12,27 +12,22 @@ scatter (g-1)/g of the whole, broadcast, reduce and point-to-point their bytes."
 import statistics
 
 from .. import units
+from ..opfacts import FACTS
 from ..timing import interval
 from .model import KINDS
 
 
 def bus_bytes(call, rank):
-    g = max(1, len(call.group))
-    es = call.element_size
-    if call.op == "all_reduce":
-        return call.in_numel * es * 2 * (g - 1) / g
-    if call.op == "all_gather":
-        return call.out_numel * es * (g - 1) / g
-    if call.op == "reduce_scatter":
-        return call.in_numel * es * (g - 1) / g
+    """The bytes of a call that BusBW divides: its Size times its op's BusBW factor over its
+    group (opfacts.FACTS); all_to_all's, the bytes to other ranks (its splits may be uneven)."""
     if call.op == "all_to_all":
         own = call.in_split[call.group.index(rank)] if rank in call.group else 0
-        return (call.in_numel - own) * es
-    if call.op == "gather":
-        return call.in_numel * es * (g - 1)
-    if call.op == "scatter":
-        return call.out_numel * es * (g - 1)
-    return call.nbytes if call.op != "barrier" else 0
+        return (call.in_numel - own) * call.element_size
+    g = max(1, len(call.group))
+    size = call.nbytes
+    if call.op == "scatter":  # Size is the root's whole message: a rank's piece g times
+        size = call.out_numel * call.element_size * g
+    return FACTS[call.kind].busbw_factor(g) * size
 
 
 def _rate(bytes_, seconds):
@@ -140,8 +135,9 @@ def _group_text(call):
     if call.op == "batch":
         return "peers " + ",".join(str(p.peer) for p in call.batch)[:8]
     ranks = list(call.group)
-    text = ",".join(map(str, ranks)) if len(ranks) <= 4 else f"{ranks[0]}..{ranks[-1]} ({len(ranks)})"
-    return text
+    if len(ranks) > 4:
+        return f"{ranks[0]}..{ranks[-1]} ({len(ranks)})"
+    return ",".join(map(str, ranks))
 
 
 def union(intervals):
@@ -160,7 +156,7 @@ def union(intervals):
 def job_in_flight(trace, kind=None):
     """The slowest rank's time with at least one call (of `kind`) in flight, as the job ran."""
     spans = []
-    for rank, calls in trace.ranks.items():
+    for _rank, calls in trace.ranks.items():
         chosen = [c for c in calls if c.op != "wait" and (kind is None or c.kind == kind)]
         if any(c.start_s is None or c.duration_s is None for c in chosen):
             return None
