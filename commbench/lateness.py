@@ -298,7 +298,7 @@ def _spikes(trials, bounds, spiked, steady, times):
 
 
 # ---- a period in time -------------------------------------------------------------------
-SHUFFLES = 199  # the null's draws: a p-value of 0.01 is at most one draw of 199 at or above the data
+SHUFFLES = 199  # the null's draws: p <= 0.01 is at most one draw of 199 at or above the data
 FALSE_ALARM = 0.01
 LOWEST = 0.01  # s: the shortest period tried (and at least 2 trials' time)
 STALL = 0.005  # s: an event's excess over the steady median, at least (a stall, not jitter)

@@ -12,8 +12,9 @@ Dead or stuck: each rank also holds a listening TCP socket (its "pulse"), opened
 the address it reaches the rendezvous from, never accepted from and never read: the kernel of
 its host completes a connection to it while the process lives, stopped or hung or not, and
 refuses one once the process is gone. Rank 0 tries every silent rank's pulse once at the
-deadline, all at once under one deadline of PROBE_S (probe_all): refused is named "cannot be reached: its process is gone", no answer "its
-host does not answer"; a completed connection keeps "did not reach". Nothing of it runs inside
+deadline, all at once under one deadline of PROBE_S (probe_all): refused is named "cannot be
+reached: its process is gone", no answer "its host does not answer"; a completed connection
+keeps "did not reach". Nothing of it runs inside
 a timed window, and it costs one file descriptor a rank."""
 
 import contextlib

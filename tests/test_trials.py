@@ -206,8 +206,8 @@ def test_silent_pulses_are_probed_at_once_under_one_deadline():
     alive = whereabouts.open_pulse("127.0.0.1")
     gone = whereabouts.open_pulse("127.0.0.1")
     texts = {r: f"127.0.0.1 {port}" for r in range(10)}
-    texts[10] = "%s %d" % alive.getsockname()[:2]
-    texts[11] = "%s %d" % gone.getsockname()[:2]
+    texts[10] = "{} {}".format(*alive.getsockname()[:2])
+    texts[11] = "{} {}".format(*gone.getsockname()[:2])
     texts[12] = None
     gone.close()
     started = time.monotonic()
