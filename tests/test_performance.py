@@ -29,27 +29,33 @@ def test_overhead_script_quick_mode_parses():
 
 
 def test_time_budget_trials_agree_fall_and_stay_in_bounds(run, tmp_path):
+    """--time-budget 0.05 s, at most 20 trials: every rank runs the same count, 5 to 20; a
+    size whose trial is slow enough for 20 of them to overrun the budget gets fewer, one fast
+    enough gets the cap. Judged by each size's own measured pace, not by this machine's: the
+    largest size (64 MiB a rank, 128 MiB gathered) overruns the budget on any CPU."""
     path = tmp_path / "budget.jsonl"
-    result = run("all_gather.py", "--scan", "--maxsize=21", "--time-budget=0.05", "--trials=20",
-                 "--dist=torch", f"--output={path}", nproc=2)
+    budget, cap = 0.05, 20
+    result = run("all_gather.py", "--scan", "--maxsize=24", f"--time-budget={budget}",
+                 f"--trials={cap}", "--dist=torch", f"--output={path}", nproc=2)
     assert result.returncode == 0, result
     table = result.table("all_gather")
     assert table.columns[-1] == "Trials"
     meta, records = results.read(str(path))
-    assert meta["time_budget"] == 0.05
+    assert meta["time_budget"] == budget
     counts = [record["trials"] for record in records]
     assert [int(row.extra[0]) for row in table.rows] == counts
     for record in records:
         assert record["trials_per_rank"] == [record["trials"]] * 2  # every rank ran the same
-        assert 5 <= record["trials"] <= 20
-    # Small sizes (up to 8 KiB per rank, well under 2.5 ms a trial) hit the --trials cap; the
-    # largest (8 MiB per rank, 5-12 ms a trial) are cut to the budget. The pace is rank 0's
-    # median warmup, but on a shared machine a rank can be descheduled through most of a size's
-    # warmups (the first sizes, right after start-up, most often: 12 and 13 trials seen), hence
-    # a majority rather than every small size. A slower machine only lowers the large sizes'
-    # counts further.
-    assert sum(count == 20 for count in counts[:10]) >= 5, counts
-    assert max(counts[-2:]) < 20 and counts[-1] <= 10, counts
+        assert 5 <= record["trials"] <= cap
+    # The count follows rank 0's median warmup (the pace); a size's mean trial is that pace
+    # within the noise of a shared machine, so only sizes clear of the edge by 2x are judged.
+    slow = [r for r in records if r["duration_s"] * cap > 2 * budget]
+    fast = [r for r in records if r["duration_s"] * cap < budget / 2]
+    assert records[-1] in slow, [(r["size_bytes"], r["duration_s"]) for r in records[-3:]]
+    assert all(r["trials"] < cap for r in slow), [(r["size_bytes"], r["trials"]) for r in slow]
+    # a rank descheduled through a size's warmups (right after start-up, most often) slows
+    # the pace it plans with: a majority of the fast sizes, not every one, gets the cap
+    assert sum(r["trials"] == cap for r in fast) * 2 > len(fast), counts
 
 
 MODULES_SITE = '''
