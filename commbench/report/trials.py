@@ -161,18 +161,10 @@ def analyse(path, factor=2.0):
             "stragglers": [{"rank": ranks[r], "last": clock.counts[r],
                             "total_late_s": clock.waiting[r]} for r in order],
             "undecided": clock.undecided,
-            "by_call": None if verdict.call is None else [
-                {"rank": ranks[r], "shortest": verdict.call.counts[r],
-                 "caused_s": verdict.call.waiting[r]}
-                for r in sorted(range(len(ranks)), key=lambda r: verdict.call.waiting[r],
-                                reverse=True)],
+            "by_call": _rows(verdict.call, ranks, "shortest"),
             "straggler": None if verdict.named is None else ranks[verdict.named],
             "how": verdict.why,
-            "by_stopped": None if verdict.stopped is None else [
-                {"rank": ranks[r], "longest": verdict.stopped.counts[r],
-                 "caused_s": verdict.stopped.waiting[r]}
-                for r in sorted(range(len(ranks)), key=lambda r: verdict.stopped.waiting[r],
-                                reverse=True)],
+            "by_stopped": _rows(verdict.stopped, ranks, "longest"),
             "witnesses": {w.name: (None if w.named is None else ranks[w.named], w.share)
                           for w in (verdict.clock, verdict.call, verdict.stopped)
                           if w is not None},
@@ -183,6 +175,16 @@ def analyse(path, factor=2.0):
             "trial_ends": trial_ends, "cpus": cpus,
             "drift": drift(times, spiked), "times": times, "durations": t.durations})
     return sizes
+
+
+def _rows(witness, ranks, count):
+    """A witness's ranks, the most waiting first: [{"rank", count: trials, "caused_s"}], or
+    None where it could not judge."""
+    if witness is None:
+        return None
+    order = sorted(range(len(ranks)), key=lambda r: witness.waiting[r], reverse=True)
+    return [{"rank": ranks[r], count: witness.counts[r], "caused_s": witness.waiting[r]}
+            for r in order]
 
 
 def run_period(sizes):
