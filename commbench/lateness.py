@@ -331,6 +331,24 @@ def events_of(spike_ends):
     return [(t, excess) for t, excess in events if excess >= STALL]
 
 
+def _fundamental(grid, seen, best, numpy):
+    """The fundamental frequency near the strongest one (grid[best]): a stall's start and end
+    both make spikes, so a harmonic can outweigh it. Each f/n (n = 8 .. 2) is tested at its own
+    frequency, not searched for: its power is beyond chance when above -ln(FALSE_ALARM / 7) (a
+    Rayleigh power is exponential under the null; 7 of them tried); the longest such period,
+    the grid's local peak near it."""
+    bar = -math.log(FALSE_ALARM / 7)
+    for n in range(8, 1, -1):
+        if grid[best] / n < grid[0]:
+            continue
+        k = int(numpy.abs(grid - grid[best] / n).argmin())
+        near = slice(max(0, k - 3), k + 4)
+        k = near.start + int(seen[near].argmax())
+        if seen[k] > bar:
+            return grid[k]
+    return grid[best]
+
+
 def period_in_time(events, samples, trial_time, seed=0):
     """The period of spike events in seconds (a Period), or (None, why). events: [(time,
     weight)] (events_of; a bare time weighs 1); samples: every trial's end time (where a spike
@@ -373,21 +391,7 @@ def period_in_time(events, samples, trial_time, seed=0):
     p = (1 + above) / (1 + SHUFFLES)
     if p > FALSE_ALARM:
         return None, f"none found (p={p:.2f}, over {SHUFFLES} shuffles)"
-    # The fundamental: a stall's start and end both make spikes, so a harmonic can outweigh
-    # it. Each f/n (n = 8 .. 2) is tested at its own frequency, not searched for: its power is
-    # beyond chance when above -ln(FALSE_ALARM / 7) (a Rayleigh power is exponential under the
-    # null; 7 of them tried); the longest such period, the grid's local peak near it.
-    f, bar = grid[best], -math.log(FALSE_ALARM / 7)
-    for n in range(8, 1, -1):
-        if grid[best] / n < grid[0]:
-            continue
-        k = int(numpy.abs(grid - grid[best] / n).argmin())
-        near = slice(max(0, k - 3), k + 4)
-        k = near.start + int(seen[near].argmax())
-        if seen[k] > bar:
-            f = grid[k]
-            break
-    period = 1 / f
+    period = 1 / _fundamental(grid, seen, best, numpy)
     phases = [((e - times[0]) / period) % 1 for e, _ in events]
     centre = math.atan2(sum(math.sin(2 * math.pi * x) for x in phases),
                         sum(math.cos(2 * math.pi * x) for x in phases)) / (2 * math.pi) % 1

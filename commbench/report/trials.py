@@ -326,69 +326,83 @@ def _sharing(sizes):
 def render(sizes):
     lines = [line for line in [_sharing(sizes)] if line]
     for s in sizes:
-        group = f", group {s['group']}" if s.get("group") is not None else ""
-        size = f" {units.size(s['size_bytes'])}" if s["size_bytes"] is not None else ""
-        lines.append(f"{s['op']}{size}{group}: {s['trials']} trials on "
-                     f"{len(s['ranks'])} ranks ({_clock_words(s)})")
-        ratio = s["first_s"] / s["steady_s"] if s["steady_s"] > 0 else float("nan")
-        lines.append(f"  first trial   {units.duration(s['first_s'])}, {ratio:.1f}x the steady "
-                     f"median {units.duration(s['steady_s'])} (trials 2-{s['trials']})")
-        shown = ", ".join(map(str, s["spikes"][:12])) + (" ..." if len(s["spikes"]) > 12 else "")
-        text = (f"  spikes        {len(s['spikes'])} over {s['factor']:g}x the steady median"
-                + (f" (trials {shown})" if s["spikes"] else "") + _spike_words(s))
-        p = s["period"]
-        if p is not None:
-            when = f", every {units.duration(p['seconds'])}" if p["seconds"] is not None else ""
-            text += (f"; period {p['trials']} trials{when} (from trial {p['first']}, "
-                     f"{p['on_comb']} spikes on it)")
-        else:
-            text += "; no period in trials"
-        lines.append(text)
-        many = len(s["ranks"]) > 1
-        for row in s["stragglers"] if many else []:
-            index = s["ranks"].index(row["rank"])
-            if not row["last"]:
-                continue
-            mark = _mark(s, "clock", row["rank"])
-            lines.append(f"  last to call  rank {row['rank']} on {s['hosts'][index]}: "
-                         f"{row['last']} of {s['trials']} trials beyond the clocks' error, by "
-                         f"{units.duration(row['total_late_s'] / row['last'])} on average, "
-                         f"{units.duration(row['total_late_s'])} in all{mark}")
-        if many and s["undecided"]:
-            lines.append(f"  last to call  {s['undecided']} of {s['trials']} trials: no lead "
-                         "beyond the clocks' error (not counted)")
-        for row in [r for r in (s["by_call"] or [])[:1] if r["caused_s"] > 0] if many else []:
-            index = s["ranks"].index(row["rank"])
-            mark = _mark(s, "call time", row["rank"])
-            lines.append(f"  shortest call rank {row['rank']} on {s['hosts'][index]}: "
-                         f"{row['shortest']} of {s['trials']} trials, the others waited "
-                         f"{units.duration(row['caused_s'])} in all for it{mark}")
-        for row in [r for r in (s["by_stopped"] or [])[:1] if r["caused_s"] > 0] if many else []:
-            index = s["ranks"].index(row["rank"])
-            mark = _mark(s, "not run", row["rank"])
-            lines.append(f"  not run       rank {row['rank']} on {s['hosts'][index]}: the longest "
-                         f"in {row['longest']} of {s['trials']} trials, "
-                         f"{units.duration(row['caused_s'])} in all beyond the others{mark}")
-        if not many:
-            lines.append("  last to call  - (one rank: no arrivals to compare)")
-        elif s["straggler"] is None:
-            lines.append(f"  straggler     none ({_why_none(s)})")
-        else:
-            words = {"clock": "the clocks", "call time": "the call times",
-                     "not run": "the time not run"}
-            how = " and ".join(words[name] for name in s["how"].split(" and "))
-            lines.append(f"  straggler     rank {s['straggler']} (named by {how})")
-        d = s["drift"]
-        if d is None:
-            lines.append("  drift         - (fewer than 4 steady trials)")
-        else:
-            slope, low, high = d
-            verdict = "drift" if low > 0 or high < 0 else "no drift"
-            lines.append(f"  drift         {_signed(slope)} a trial (95% interval {_signed(low)} "
-                         f"to {_signed(high)}): {verdict}")
+        lines += _size_lines(s)
     if sizes:
         lines.append(_period_line(sizes))
     return "\n".join(lines)
+
+
+def _size_lines(s):
+    """One size's lines: its trials, spikes and period, the witnesses, the drift."""
+    lines = []
+    group = f", group {s['group']}" if s.get("group") is not None else ""
+    size = f" {units.size(s['size_bytes'])}" if s["size_bytes"] is not None else ""
+    lines.append(f"{s['op']}{size}{group}: {s['trials']} trials on "
+                 f"{len(s['ranks'])} ranks ({_clock_words(s)})")
+    ratio = s["first_s"] / s["steady_s"] if s["steady_s"] > 0 else float("nan")
+    lines.append(f"  first trial   {units.duration(s['first_s'])}, {ratio:.1f}x the steady "
+                 f"median {units.duration(s['steady_s'])} (trials 2-{s['trials']})")
+    shown = ", ".join(map(str, s["spikes"][:12])) + (" ..." if len(s["spikes"]) > 12 else "")
+    text = (f"  spikes        {len(s['spikes'])} over {s['factor']:g}x the steady median"
+            + (f" (trials {shown})" if s["spikes"] else "") + _spike_words(s))
+    p = s["period"]
+    if p is not None:
+        when = f", every {units.duration(p['seconds'])}" if p["seconds"] is not None else ""
+        text += (f"; period {p['trials']} trials{when} (from trial {p['first']}, "
+                 f"{p['on_comb']} spikes on it)")
+    else:
+        text += "; no period in trials"
+    lines.append(text)
+    lines += _witness_lines(s)
+    d = s["drift"]
+    if d is None:
+        lines.append("  drift         - (fewer than 4 steady trials)")
+    else:
+        slope, low, high = d
+        verdict = "drift" if low > 0 or high < 0 else "no drift"
+        lines.append(f"  drift         {_signed(slope)} a trial (95% interval {_signed(low)} "
+                     f"to {_signed(high)}): {verdict}")
+    return lines
+
+
+def _witness_lines(s):
+    """Who was late by each witness, and the straggler they name (or why none)."""
+    lines = []
+    many = len(s["ranks"]) > 1
+    for row in s["stragglers"] if many else []:
+        index = s["ranks"].index(row["rank"])
+        if not row["last"]:
+            continue
+        mark = _mark(s, "clock", row["rank"])
+        lines.append(f"  last to call  rank {row['rank']} on {s['hosts'][index]}: "
+                     f"{row['last']} of {s['trials']} trials beyond the clocks' error, by "
+                     f"{units.duration(row['total_late_s'] / row['last'])} on average, "
+                     f"{units.duration(row['total_late_s'])} in all{mark}")
+    if many and s["undecided"]:
+        lines.append(f"  last to call  {s['undecided']} of {s['trials']} trials: no lead "
+                     "beyond the clocks' error (not counted)")
+    for row in [r for r in (s["by_call"] or [])[:1] if r["caused_s"] > 0] if many else []:
+        index = s["ranks"].index(row["rank"])
+        mark = _mark(s, "call time", row["rank"])
+        lines.append(f"  shortest call rank {row['rank']} on {s['hosts'][index]}: "
+                     f"{row['shortest']} of {s['trials']} trials, the others waited "
+                     f"{units.duration(row['caused_s'])} in all for it{mark}")
+    for row in [r for r in (s["by_stopped"] or [])[:1] if r["caused_s"] > 0] if many else []:
+        index = s["ranks"].index(row["rank"])
+        mark = _mark(s, "not run", row["rank"])
+        lines.append(f"  not run       rank {row['rank']} on {s['hosts'][index]}: the longest "
+                     f"in {row['longest']} of {s['trials']} trials, "
+                     f"{units.duration(row['caused_s'])} in all beyond the others{mark}")
+    if not many:
+        lines.append("  last to call  - (one rank: no arrivals to compare)")
+    elif s["straggler"] is None:
+        lines.append(f"  straggler     none ({_why_none(s)})")
+    else:
+        words = {"clock": "the clocks", "call time": "the call times",
+                 "not run": "the time not run"}
+        how = " and ".join(words[name] for name in s["how"].split(" and "))
+        lines.append(f"  straggler     rank {s['straggler']} (named by {how})")
+    return lines
 
 
 def _signed(seconds):
