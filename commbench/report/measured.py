@@ -245,6 +245,29 @@ def _r(value):
     return "-" if value is None or math.isnan(value) else f"{value:.2f}"
 
 
+def _against_baseline(analysis):
+    """The table of each strategy against DDP's figures (none without a DDP row)."""
+    lines = []
+    base = next((r for r in analysis["rows"] if r["strategy"] == analysis["baseline"]), None)
+    if base:
+        lines += ["### Against DDP (baseline)", "",
+                  "| strategy | step time | tokens/s | memory (above start) | traffic "
+                  "| exposed comm | loss first -> last |", "|---|---|---|---|---|---|---|"]
+        for row in analysis["rows"]:
+            traffic = _pct(row["bytes"] / base["bytes"]) if base["bytes"] else "-"
+            lines.append(
+                f"| {row['plan']} | {units.duration(row['step_s'])} "
+                f"({_pct(row['step_s'] / base['step_s'])}) "
+                f"| {row['tokens_per_s']:.0f} ({_pct(row['tokens_per_s'] / base['tokens_per_s'])}) "
+                f"| {units.size(row['memory_compared_bytes'])} "
+                f"({_pct(row['memory_compared_bytes'] / base['memory_compared_bytes'])}) "
+                f"| {units.size(row['bytes'])} ({traffic}) "
+                f"| {units.duration(row['exposed_comm_s'])} "
+                f"| {row['loss'][0]:.3f} -> {row['loss'][1]:.3f} |")
+        lines.append("")
+    return lines
+
+
 def render(analysis, form):
     if form == "json":
         return json.dumps(analysis, indent=1)
@@ -277,23 +300,7 @@ def render(analysis, form):
               "buffers as well as the model states the estimate counts); above start, that peak "
               "less what the rank held before the strategy was set up (the largest over ranks).",
               ""]
-    base = next((r for r in analysis["rows"] if r["strategy"] == analysis["baseline"]), None)
-    if base:
-        lines += ["### Against DDP (baseline)", "",
-                  "| strategy | step time | tokens/s | memory (above start) | traffic "
-                  "| exposed comm | loss first -> last |", "|---|---|---|---|---|---|---|"]
-        for row in analysis["rows"]:
-            traffic = _pct(row["bytes"] / base["bytes"]) if base["bytes"] else "-"
-            lines.append(
-                f"| {row['plan']} | {units.duration(row['step_s'])} "
-                f"({_pct(row['step_s'] / base['step_s'])}) "
-                f"| {row['tokens_per_s']:.0f} ({_pct(row['tokens_per_s'] / base['tokens_per_s'])}) "
-                f"| {units.size(row['memory_compared_bytes'])} "
-                f"({_pct(row['memory_compared_bytes'] / base['memory_compared_bytes'])}) "
-                f"| {units.size(row['bytes'])} ({traffic}) "
-                f"| {units.duration(row['exposed_comm_s'])} "
-                f"| {row['loss'][0]:.3f} -> {row['loss'][1]:.3f} |")
-        lines.append("")
+    lines += _against_baseline(analysis)
     lines += ["### Communication per step, measured (rank 0)", "",
               "| strategy | op | calls | bytes (MiB) | estimated (MiB) | time (ms) |",
               "|---|---|---|---|---|---|"]
