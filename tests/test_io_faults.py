@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import pytest
 
 from support import ROOT, base_env, free_port, launcher_command, parse_tables, require_launcher
-from commbench import results
+from commbench.records import results
 
 START_NOTE = re.compile(r"^commbench: (torch|deepspeed) \((torch\.distributed|deepspeed\.comm)\), ")
 # Lines the launchers and DeepSpeed write of their own (DeepSpeed's launcher logs to stdout, and
