@@ -35,7 +35,6 @@ HEADER = re.compile(r"^---- Performance of (\w+) on (\d+) devices((?:, [^,]+?)*)
 # --groups: `, intra-host group 1 (ranks 2 3 on n2)`, `, inter-host group 0 (ranks 0 2)`;
 # --split: `, split group 1 (ranks 1 3 on n1 n2)`
 GROUP = re.compile(r"(intra|inter|split)(?:-host)? group (\d+) \(ranks ([\d ]+?)(?: on (.+))?\)")
-ROW_LINE = re.compile(r"^\S")
 
 
 def _ephemeral_ports():

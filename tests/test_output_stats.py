@@ -18,8 +18,6 @@ import commbench
 from commbench.records import results
 from support import ROOT, base_env, free_port, launcher_command, parse_tables
 
-SI_FIELDS = ("size_bytes", "numel", "duration_s", "throughput_Bps", "busbw_Bps")
-
 
 def printed_figures(row, bw_unit="Gbps"):
     scale = 8 if bw_unit == "Gbps" else 1
