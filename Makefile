@@ -79,8 +79,8 @@ test: venv ccl ops
 	$(BIN)/python -m pytest -m serial --junitxml=.test-results/serial.xml $(PYTEST_ARGS) || { s=$$?; [ $$s = 5 ] || status=$$s; }; \
 	scripts/test-services.sh down; $(BIN)/python scripts/test-times.py .test-results/*.xml; exit $$status
 
-# ruff (its rule set), mypy on the typed modules and import-linter's contracts (no cycles;
-# report/ and db/ import no torch), all three as pyproject.toml states them: seconds, so CI runs
+# ruff (its rule set), mypy on the typed modules and import-linter's contracts (no cycles; the
+# wings' layers, one way; report/ and db/ import no torch), all three as pyproject.toml states them: seconds, so CI runs
 # it before the tests. PYTHONPATH: the contracts are held against this checkout's code.
 lint: venv
 	$(BIN)/ruff check .

@@ -11,7 +11,7 @@ with suspects re-measured against good hosts before they are named. Exit status 
 
 import sys
 
-from commbench import harness  # noqa: F401  (first: the package silences torch's warning without numpy)
+from commbench.bench import harness  # noqa: F401  (first: the package silences torch's warning without numpy)
 from commbench.doctor.run import command as main
 
 if __name__ == "__main__":

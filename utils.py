@@ -19,8 +19,9 @@ package; the process group they use is the one `init_processes` set up.
 import sys
 
 # The package first: it silences torch's import-time warning when numpy is absent.
-from commbench import collective as _collective
-from commbench import harness, ops, sizes, table
+from commbench.bench import collective as _collective
+from commbench.bench import harness, sizes
+from commbench import ops, table
 from commbench.cli import benchmark_parser
 from commbench.settings import Settings
 from commbench.table import convert_size, get_metric_strings
@@ -33,8 +34,8 @@ __all__ = ["benchmark_parser", "init_processes", "get_bw", "max_numel", "print_r
 
 
 def collective(name):
-    """The descriptor (a commbench.collective.Collective) of the registered op `name`, from its
-    module commbench/ops/<name>.py."""
+    """The descriptor (a commbench.bench.collective.Collective) of the registered op `name`, from
+    its module commbench/ops/<name>.py."""
     return ops.descriptor(name)
 
 

@@ -12,8 +12,8 @@
   .venv/bin/python benchmarks/history.py --noise-db DB --save-noise NAME --source "..."
                                                       # ... kept as data/history-noise-NAME.json
 
-The model (commbench/db/power.py) is the one report.py history states a "no change"'s power by:
-the smallest step it finds within 2 runs in 95% of series drawn from the series' own noise.
+The model (commbench/records/db/power.py) is the one report.py history states a "no change"'s power
+by: the smallest step it finds within 2 runs in 95% of series drawn from the series' own noise.
 
 The noise file holds, per series of a database of repeated runs, each run's figure over the
 series' median (no figures of its own: they come from the runs named in its "source").
@@ -33,8 +33,8 @@ import numpy
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from commbench.db import history, store as stores  # noqa: E402
-from commbench.db.power import detection  # noqa: E402  (the model report.py history states)
+from commbench.records.db import history, store as stores  # noqa: E402
+from commbench.records.db.power import detection  # noqa: E402  (the model report.py history states)
 
 NOISE = ROOT / "benchmarks" / "data" / "history-noise.json"
 

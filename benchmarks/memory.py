@@ -3,8 +3,8 @@
 For world sizes 1, 2 and 3 on CPU (gloo), it runs a scan of every op to --maxsize and reads,
 for the largest size, the memory each rank used (results file field
 memory_used_per_rank_bytes: peak resident memory above the rank's memory before its buffers
-were allocated). It prints that beside the planner's model (commbench.sizes.footprint without its
-fixed reserves: input, output, the backend's staging copy), and with --check the check's working
+were allocated). It prints that beside the planner's model (commbench.bench.sizes.footprint without
+its fixed reserves: input, output, the backend's staging copy), and with --check the check's working
 set, which the planner covers with a fixed reserve.
 
   .venv/bin/python benchmarks/memory.py                       # world sizes 1 2 3, --maxsize 24
@@ -55,7 +55,7 @@ def report(world_size, records, options):
     sys.path.insert(0, str(ROOT))
     import utils
     from commbench.settings import Settings
-    from commbench.sizes import footprint
+    from commbench.bench.sizes import footprint
 
     comm = SimpleNamespace(world_size=world_size, on_accelerator=False, backend="gloo")
     flags = Settings(check=options.check, trials=1, warmups=1)

@@ -1,8 +1,8 @@
 """What the harness itself costs: the suite's figures beside a bare loop, and start-up time.
 
 For every op and message size, in one process group, the ranks alternate (A B, B A, ...):
-  A  the suite's own measurement (commbench.timing.time_op on the op's bound call, as the table's
-     Duration is made),
+  A  the suite's own measurement (commbench.bench.timing.time_op on the op's bound call, as the
+     table's Duration is made),
   B  a bare loop of the same collective on the same buffers: warmups, then `trials` direct
      torch.distributed calls between two clock reads, nothing else,
   P  the suite's measurement with --per-trial (a clock read into a preallocated list before
@@ -94,10 +94,10 @@ def worker(options):
     sys.path.insert(0, str(ROOT))
     import torch
     import utils
-    from commbench.comm import teardown
+    from commbench.ranks.comm import teardown
     from commbench.settings import Settings
-    from commbench.sizes import allocate
-    from commbench.timing import time_op
+    from commbench.bench.sizes import allocate
+    from commbench.bench.timing import time_op
 
     args = Settings.of(utils.benchmark_parser().parse_args(
         ["--dist", options.dist, "--device", "cpu", "--warmups", "3"] + _backend_flag(options)))

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from commbench import results  # noqa: E402
+from commbench.records import results  # noqa: E402
 
 
 def run(backend, precision, options, output):

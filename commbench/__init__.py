@@ -1,9 +1,9 @@
 """commbench: the harness behind the op scripts at the top of the repository.
 
-One concern a module, dependencies running one way. The map of the modules, what each owns
-and which way they import, is written once: docs/extending.md, "Where things are" (`make lint`
-holds the directions it can: pyproject.toml's import contracts). What each op is (its bandwidth
-factors, root, reduction) is one table, opfacts.py.
+A few wings, each a folder whose name says what it holds, and a small set of modules at the top;
+one concern a module, imports running one way. The map, every module with what it owns and the
+order of the wings, is written once: docs/extending.md, "Where things are" (`make lint` holds
+the order: pyproject.toml's import contracts).
 
 `utils.py` and `constants.py` at the top of a checkout are the public face with the original
 suite's names; the package imports without them.

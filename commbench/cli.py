@@ -11,11 +11,12 @@ import sys
 import torch
 
 from . import defaults
-from . import groups as grouping, precision
+from .ranks import groups as grouping
+from .bench import precision
 from .dtypes import dtype_list
 from .errors import PROG, UsageError
 from .flags import Parser, argument, prog
-from .launch import discover_launch_env
+from .ranks.launch import discover_launch_env
 from .numbers import byte_count, float_in, int_at_least, percentage
 from .settings import settle
 

@@ -48,7 +48,8 @@ def _run(command, argv):
     if command in defaults.OPS or command == "run_all":  # entry.cli exits with the status
         import functools
 
-        from . import harness, ops, run_all
+        from .bench import harness
+        from . import ops, run_all
         from .entry import cli
         run = run_all.run if command == "run_all" else \
             functools.partial(harness.run_op, ops.descriptor(command))

@@ -11,7 +11,7 @@ DEFAULT_WARMUPS = 5
 DEFAULT_TRIALS = 50
 DEFAULT_MAX_WINDOWS = 100  # --precision: windows a size at most (the warm-up not counted)
 DEFAULT_TYPE = "float"
-DEFAULT_BACKEND = None  # detected: see commbench.layer.resolve_device_and_backend
+DEFAULT_BACKEND = None  # detected: see commbench.ranks.layer.resolve_device_and_backend
 DEFAULT_DEVICE = None  # detected
 DEFAULT_UNIT = "Gbps"
 DEFAULT_DIST = "deepspeed"
@@ -47,7 +47,7 @@ MAX_MAXSIZE = 40
 # (no list of n output tensors to keep alive).
 ALL_GATHER_ONE_TENSOR_EXTRA_FACTOR = 0.2
 
-# Single-size memory plan (commbench.sizes.plan_single_size): the buffers an op allocates, the
+# Single-size memory plan (commbench.bench.sizes.plan_single_size): the buffers an op allocates, the
 # copies the backend stages them through, and these reserves must fit in this fraction of the
 # memory the rank may plan on. The rest is left to the OS, the allocator and the process's own
 # growth.

@@ -7,9 +7,10 @@ import sys
 import time
 
 from .cli import benchmark_parser
-from .comm import teardown
+from .ranks.comm import teardown
 from .errors import PROG, BenchmarkError, OutputClosed
-from .guard import guard_stop_signals, leave_it_to_the_stop, peer_failure, rank_for_messages, say
+from .ranks.guard import (guard_stop_signals, leave_it_to_the_stop, peer_failure,
+                          rank_for_messages, say)
 from .table import output_failure
 
 

@@ -2,7 +2,8 @@
 by their flags, every registered one with --all, else the original six (defaults.DEFAULT_OPS).
 An op registered there is found in its module commbench/ops/<op>.py."""
 
-from . import defaults, harness, ops as registry
+from . import defaults, ops as registry
+from .bench import harness
 from .settings import Settings
 from .table import note
 

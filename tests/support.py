@@ -24,7 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-# The single-size plan rank 0 prints on stderr (commbench.sizes.plan_single_size).
+# The single-size plan rank 0 prints on stderr (commbench.bench.sizes.plan_single_size).
 PLAN = re.compile(r"commbench: (?P<op>\w+): per-rank memory (?P<memory>\d+) B \((?P<source>[^)]*)\); "
                   r"SPEC rule: \d+ B x (?P<factor>[\d.e-]+) = \d+ B -> (?P<nominal>\d+) elements of "
                   r"(?P<element_size>\d+) B; buffers \((?P<parts>[^)]*)\) x \d+ B \+ (?P<reserve>\d+) "
@@ -35,7 +35,6 @@ HEADER = re.compile(r"^---- Performance of (\w+) on (\d+) devices((?:, [^,]+?)*)
 # --groups: `, intra-host group 1 (ranks 2 3 on n2)`, `, inter-host group 0 (ranks 0 2)`;
 # --split: `, split group 1 (ranks 1 3 on n1 n2)`
 GROUP = re.compile(r"(intra|inter|split)(?:-host)? group (\d+) \(ranks ([\d ]+?)(?: on (.+))?\)")
-ROW_LINE = re.compile(r"^\S")
 
 
 def _ephemeral_ports():

@@ -110,7 +110,7 @@ def test_the_build_line_comes_within_5_s_and_a_rebuild_for_another_venv_says_so(
     """Issue 53: DeepSpeed's build says so within 5 s of the start, in an empty
     TORCH_EXTENSIONS_DIR and in one that holds a build made by another venv (which torch
     rebuilds: a minute that was silent), and says when it ended. Serial: it times a line."""
-    from commbench import builds
+    from commbench.ranks import builds
     empty = tmp_path / "empty"
     empty.mkdir()
     _, lines = _lines_as_they_come(empty, stop_at="building DeepSpeed's")

@@ -326,7 +326,7 @@ def test_no_oneccl_to_build_deepspeeds_op_against(monkeypatch):
     """Neither CCL_ROOT nor oneCCL's headers beside the bindings or in the venv: --dist
     deepspeed stops before DeepSpeed's build, in one line saying what to set; --dist torch
     does not need them."""
-    from commbench import ccl as oneccl
+    from commbench.ranks import ccl as oneccl
     from commbench.errors import BenchmarkError
     monkeypatch.setattr(oneccl, "_ccl_settings", {})
     monkeypatch.setattr(oneccl, "_ccl_root", lambda: None)
@@ -341,7 +341,7 @@ def test_no_oneccl_to_build_deepspeeds_op_against(monkeypatch):
 
 @pytest.mark.fast  # in-process
 def test_ccl_root_and_cpath_found_for_deepspeed(monkeypatch, tmp_path):
-    from commbench import ccl as oneccl
+    from commbench.ranks import ccl as oneccl
     (tmp_path / "include" / "oneapi").mkdir(parents=True)
     (tmp_path / "include" / "oneapi" / "ccl.hpp").touch()
     (tmp_path / "lib").mkdir()

@@ -23,8 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from support import ROOT, assert_no_traceback, base_env, free_port, launch
 
-from commbench import results
-from commbench.db import schema, store as stores
+from commbench.records import results
+from commbench.records.db import schema, store as stores
 from commbench.report.cli import main as report
 
 SCAN = ("--dist", "torch", "--scan", "--maxsize", "8", "--trials", "3", "--warmups", "1")

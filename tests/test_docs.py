@@ -128,3 +128,17 @@ def test_links_between_pages_resolve():
 @pytest.mark.fast  # in-process
 def test_readme_is_a_front_page():
     assert len((ROOT / "README.md").read_text().splitlines()) <= 200
+
+
+@pytest.mark.fast  # in-process
+def test_the_map_names_every_module():
+    """docs/extending.md's "Where things are" is the package's one map: every module of
+    commbench/ is a line of it (an op's module is `ops/`'s line, the database's `records/db/`'s)."""
+    page = (ROOT / "docs" / "extending.md").read_text()
+    where = page[page.index("## Where things are"):page.index("## Adding an op")]
+    package = ROOT / "commbench"
+    missing = [str(rel) for rel in (p.relative_to(package) for p in package.rglob("*.py"))
+               if rel.name != "__init__.py" and rel.parent.name != "ops"
+               and f"`{rel}`" not in where and f"`commbench/{rel}`" not in where
+               and not (f"`{rel.parent}/`" in where and f"`{rel.name}`" in where)]
+    assert not missing, f"docs/extending.md's map leaves out {missing}"

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from commbench import results
+from commbench.records import results
 from support import BIN, ROOT, SIM_HOSTS, base_env, free_port, launch
 
 # Run alone (make test's second part): the verdict judges latency and bandwidth: other tests' load
@@ -383,7 +383,7 @@ def test_one_host_checks_its_ranks_and_says_no_links(tmp_path):
 
 
 def earlier_checks(path, host, count):
-    from commbench.db.store import RunWriter, Store
+    from commbench.records.db.store import RunWriter, Store
     store = Store(path)
     for _ in range(count):
         writer = RunWriter(store, {"ops": ["doctor"], "hostnames": [host]})

@@ -21,8 +21,8 @@ import functools
 
 import torch
 
-from commbench import harness
-from commbench.collective import Collective, bound
+from commbench.bench import harness
+from commbench.bench.collective import Collective, bound
 from commbench.opfacts import FACTS
 
 ALL_REDUCE_MAX = Collective.of(

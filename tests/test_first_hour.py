@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from commbench import results
+from commbench.records import results
 from commbench.report import buckets, strategy
 from commbench.report.runs import Measurement
 from support import ROOT, base_env, launch

@@ -13,7 +13,7 @@ from support import ROOT, parse_tables
 from test_many_hosts import across
 
 from commbench.errors import UsageError
-from commbench.groups import kinds, layout
+from commbench.ranks.groups import kinds, layout
 
 
 def _records(path):

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from commbench import builds, results
+from commbench.ranks import builds
+from commbench.records import results
 from support import ROOT, assert_no_traceback, base_env, free_port, launcher_command
 from test_output_stats import kill_tree
 
@@ -251,7 +252,7 @@ def test_a_stall_deadline_ends_a_block_only_once_its_calls_stop_moving():
     keeps moving runs past the limit; once it stands still for the limit, one line, exit 1."""
     code = textwrap.dedent("""
         import time
-        from commbench.guard import stall_deadline
+        from commbench.ranks.guard import stall_deadline
         steps = [0]
         with stall_deadline(0.6, lambda: steps[0], "rank 0: replay: a call did not finish"):
             for _ in range(15):  # 1.5 s in all, a step every 0.1 s

@@ -13,12 +13,9 @@ from contextlib import contextmanager
 import pytest
 
 from support import ROOT, base_env, free_port, launcher_command, parse_tables, require_launcher
-from commbench import results
+from commbench.records import results
 
 START_NOTE = re.compile(r"^commbench: (torch|deepspeed) \((torch\.distributed|deepspeed\.comm)\), ")
-# Lines the launchers and DeepSpeed write of their own (DeepSpeed's launcher logs to stdout, and
-# reports its own failed log writes on stderr): theirs, not ours.
-NOT_OURS = re.compile(r"^\[\d{4}-|^[WEI]\d{4} |^DeepSpeed deepspeed\.ops")
 
 
 def start(launcher, nproc, args, stdout):

@@ -5,7 +5,7 @@ slower than it was named alone, too short a history said so. No ranks."""
 
 import pytest
 
-from commbench.db.store import RunWriter, Store
+from commbench.records.db.store import RunWriter, Store
 from commbench.doctor import baseline
 from commbench.doctor.verdict import Figures, Host, Link
 

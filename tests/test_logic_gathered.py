@@ -1,11 +1,11 @@
-"""commbench/gathered.py: named figures through one flat all_gather, in-process (the gather
+"""commbench/ranks/gathered.py: named figures through one flat all_gather, in-process (the gather
 itself, across real ranks, is every op script's, parallel_bench's and replay's tests)."""
 
 import math
 
 import pytest
 
-from commbench import gathered
+from commbench.ranks import gathered
 
 pytestmark = pytest.mark.fast
 

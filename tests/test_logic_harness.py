@@ -10,9 +10,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from commbench import collective, dtypes, groups, launch, overlap
+from commbench.bench import collective, overlap
+from commbench import dtypes
+from commbench.ranks import groups, launch
 from commbench.errors import UsageError
-from commbench.strategies import accounting
+from commbench.trace import accounting
 from commbench.trace.model import Call, Part, Trace
 from commbench.trace import calls
 
@@ -327,7 +329,7 @@ def test_a_failure_that_a_stop_signal_explains_is_left_to_the_stop(monkeypatch):
     peers (a Ctrl-C reaches every rank; one that acted first closes its connections)."""
     import signal
     import socket
-    from commbench import guard
+    from commbench.ranks import guard
     reader, writer = socket.socketpair()
     monkeypatch.setattr(guard, "_STOP_SOCKETS", (reader, writer))
     monkeypatch.setattr(guard, "_STOPPING", __import__("threading").Event())
@@ -375,7 +377,7 @@ def test_a_build_file_of_another_venvs_is_told_from_this_ones(tmp_path):
     import importlib.util
     import os
     import sysconfig
-    from commbench import builds
+    from commbench.ranks import builds
     torch_dir = os.path.dirname(importlib.util.find_spec("torch").origin)
     ds = importlib.util.find_spec("deepspeed")
     ds_dir = os.path.dirname(ds.origin) if ds else "/nowhere/deepspeed"

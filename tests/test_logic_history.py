@@ -1,4 +1,4 @@
-"""The results database's logic in-process (commbench/db, commbench/prometheus.py): the schema
+"""The results database's logic in-process (commbench/records/db, commbench/records/prometheus.py): the schema
 and its migration, a run written and read back, import of results files written before, the
 change points on series made up here, the Prometheus file parsed back by prometheus_client's own
 parser. Real SQLite files in a temporary folder; no ranks."""
@@ -14,10 +14,10 @@ import numpy
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from commbench import outputs, results
-from commbench.db import history, power, schema, store as stores
+from commbench.records import outputs, results
+from commbench.records.db import history, power, schema, store as stores
 from commbench.settings import Settings
-from commbench.prometheus import PrometheusFile
+from commbench.records.prometheus import PrometheusFile
 from commbench.report import history as report_history
 
 pytestmark = pytest.mark.fast

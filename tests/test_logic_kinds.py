@@ -105,7 +105,7 @@ def test_the_order_of_kinds_where_two_tests_could_take_a_file(tmp_path, kind, na
 
 
 def test_a_results_file_that_is_not_utf8_is_no_doctor_run(tmp_path):
-    """As commbench.results reads it: a doctor.py run's meta in a file that is not UTF-8 is not
+    """As commbench.records.results reads it: a doctor.py run's meta in a file that is not UTF-8 is not
     read, so the file is taken as a results file (whose reader says what is wrong)."""
     path = tmp_path / "doctor.jsonl"
     path.write_bytes(lines(*DOCTOR).encode() + b"\xff\n")
@@ -212,7 +212,7 @@ def test_a_deepspeed_logger_summary_is_a_section_whatever_its_name(tmp_path, nam
 
 
 def test_a_json_list_named_as_results_is_one_line_in_every_command(tmp_path):
-    """A JSON list that is no trace, saved as .json: commbench.results cannot read it (its meta
+    """A JSON list that is no trace, saved as .json: commbench.records.results cannot read it (its meta
     is looked up in a list). html's section said so with a traceback before kinds.py."""
     path = written(tmp_path, "list.json", json.dumps([{"a": 1}, {"b": 2}]))
     said = f"{path}: not a results file of this suite (TypeError: "

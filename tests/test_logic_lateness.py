@@ -1,5 +1,5 @@
-"""Who is late and when stalls come (commbench/lateness.py), the clocks' alignment and the time
-a process did not run (commbench/clocks.py), in-process on made-up trials: each witness, the
+"""Who is late and when stalls come (commbench/bench/lateness.py), the clocks' alignment and the time
+a process did not run (commbench/ranks/clocks.py), in-process on made-up trials: each witness, the
 rule that joins them, the spikes' kinds, a period in time. The real stalls (SIGSTOP from
 outside, one host and simulated hosts with shifted clocks) are in test_trials.py."""
 
@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from commbench import clocks, lateness, trials as encoding
+from commbench.ranks import clocks
+from commbench.bench import lateness, trials as encoding
 
 pytestmark = pytest.mark.fast
 

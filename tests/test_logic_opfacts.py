@@ -60,7 +60,7 @@ def test_report_and_db_import_no_torch():
     readers report/ uses; torch is not among what it loaded."""
     modules = sorted(
         ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-        for folder in ("report", "db") for path in (ROOT / "commbench" / folder).glob("*.py"))
+        for folder in ("report", "records/db") for path in (ROOT / "commbench" / folder).glob("*.py"))
     modules += ["commbench.opfacts", "commbench.defaults", "commbench.trace.formats",
                 "commbench.trace.dscomms", "commbench.trace.model"]
     code = ("import importlib, sys\n"

@@ -1,5 +1,5 @@
-"""--precision's and --repeat's logic in-process (commbench/precision.py) and the statistics
-under it (commbench/timing.py, numbers.t975): intervals, the budget's shares on a clock the
+"""--precision's and --repeat's logic in-process (commbench/bench/precision.py) and the statistics
+under it (commbench/bench/timing.py, numbers.t975): intervals, the budget's shares on a clock the
 test moves, the passes a schedule makes from windows the test feeds it. No ranks: the one
 broadcast of a schedule's decision, from rank 0 to itself, is left out."""
 
@@ -8,8 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from commbench import numbers, precision, timing
-from commbench.comm import Run
+from commbench import numbers
+from commbench.bench import precision, timing
+from commbench.ranks.comm import Run
 from commbench.settings import Settings
 
 pytestmark = pytest.mark.fast

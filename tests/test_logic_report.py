@@ -1,5 +1,5 @@
 """report.py's logic in-process: every kind of input read back (results files in the three
-formats, saved tables, nccl-tests text; commbench/report/runs.py over commbench/results.py),
+formats, saved tables, nccl-tests text; commbench/report/runs.py over commbench/records/results.py),
 compare's ratios and verdicts (compare.py), the bucket model (buckets.py), the strategy
 estimate's pieces (strategy.py) and doctor's heatmap (doctor.py). Inputs are written to
 tmp_path; no ranks, no report.py."""
@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from commbench import results
+from commbench.records import results
 from commbench.report import buckets, compare, kinds, layouts, measured, runs, strategy
 from support import ROOT
 

@@ -9,10 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from commbench import collective, defaults, numbers, sizes, table
-from commbench.comm import Run
+from commbench.bench import collective, sizes
+from commbench import defaults, numbers, table
+from commbench.ranks.comm import Run
 from commbench.settings import Settings
-from commbench.check import CHECK_RESERVE
+from commbench.bench.check import CHECK_RESERVE
 from support import parse_tables
 
 pytestmark = pytest.mark.fast

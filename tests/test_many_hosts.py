@@ -51,7 +51,7 @@ def test_two_hosts_two_ranks_each_under_torchrun(hosts, tmp_path, dist):
     # --stats names the straggler's host beside its rank, in the table and the records
     for row, record in zip((row for t in tables for row in t.rows), lines[1:]):
         rank, host = record["slowest_rank"], record["slowest_host"]
-        if rank is None:  # no straggler beyond the evidence (commbench/lateness.py)
+        if rank is None:  # no straggler beyond the evidence (commbench/bench/lateness.py)
             assert host is None and row.extra[-2] == "-"
             continue
         assert host == meta["hostnames"][rank]
@@ -117,7 +117,7 @@ def test_rank_0_address_when_the_host_name_is_loopback(hosts, tmp_path):
     name, subnet = hosts(1)
     debian_hosts = tmp_path / "hosts"
     debian_hosts.write_text(f"127.0.0.1 localhost\n127.0.1.1 {name}1\n")
-    probe = ("import socket; from commbench.launch import _own_address; "
+    probe = ("import socket; from commbench.ranks.launch import _own_address; "
              "print(socket.gethostbyname(socket.gethostname()), _own_address())")
     result = subprocess.run(
         [str(SCRIPT), "run", name, "1", "unshare", "--mount", "sh", "-c",

@@ -92,7 +92,7 @@ def test_srun_across_two_hosts(cluster, tmp_path, dist):
 def test_node_list_is_compressed_and_read_back(cluster):
     """srun hands each task the node list compressed, the whole run of trailing digits as the
     number (NAME `cb12ab34` gives `cb12ab[341-342]`); the suite reads it back."""
-    from commbench.launch import expand_nodelist
+    from commbench.ranks.launch import expand_nodelist
     name, _, conf = cluster
     result = in_host(name, conf, "srun", "-N", "2", "--ntasks-per-node=1", "sh", "-c",
                      'echo "$SLURMD_NODENAME $SLURM_STEP_NODELIST"', timeout=60)

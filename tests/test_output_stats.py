@@ -15,10 +15,8 @@ import psutil
 import pytest
 
 import commbench
-from commbench import results
+from commbench.records import results
 from support import ROOT, base_env, free_port, launcher_command, parse_tables
-
-SI_FIELDS = ("size_bytes", "numel", "duration_s", "throughput_Bps", "busbw_Bps")
 
 
 def printed_figures(row, bw_unit="Gbps"):

@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from commbench import results
+from commbench.records import results
 from support import ROOT, base_env
 
 
@@ -88,5 +88,5 @@ def test_dist_torch_imports_only_what_it_uses(run, tmp_path):
     for unused in ("deepspeed", "matplotlib", "mpi4py", "psutil", "cpuinfo"):
         assert unused not in modules, unused
     # The harness's own optional parts: result files and reports only when asked for.
-    for unused in ("commbench.results", "commbench.report"):
+    for unused in ("commbench.records.results", "commbench.report"):
         assert unused not in loaded, unused

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from commbench import results
+from commbench.records import results
 from commbench.numbers import t975
 from support import launch, usage_error
 from test_errors import assert_one_error_line

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commbench import results
+from commbench.records import results
 from support import MIB, ROOT, base_env, free_port, memory_cgroup, parse_tables
 from formulas import OPS
 

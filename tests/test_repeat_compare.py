@@ -184,7 +184,7 @@ def test_window_records_alone_are_read_as_the_run(run, tmp_path):
 
 @pytest.mark.fast  # in-process
 def test_odd_windows_are_named():
-    from commbench.timing import odd_window
+    from commbench.bench.timing import odd_window
     assert odd_window([1.0, 1.1, 0.9, 1.05, 1.0]) is None
     assert odd_window([3.0, 1.1, 0.9, 1.05, 1.0]) == \
         "the first window took 2.9x the median of the others (warm-up not done: raise --warmups)"

@@ -123,7 +123,7 @@ def test_parallel_bench_traces_of_all_six_strategies_replay(tmp_path, nproc):
 def assert_in_database(path, kind, lines):
     """The database's last run: of this kind, complete, its records the file's, figure for
     figure (the file's meta line aside)."""
-    from commbench.db.store import Store
+    from commbench.records.db.store import Store
     store = Store(str(path))
     try:
         run = store.runs()[-1]
@@ -276,7 +276,7 @@ def test_a_param_basic_trace_replays(tmp_path):
     out = tmp_path / "replay.jsonl"
     result = replay(trace, "--check", "--repeat", "6", "--per-trial", "--output", out, nproc=3)
     summary = next(r for r in records(out) if r["type"] == "replay_summary")
-    from commbench import trials
+    from commbench.bench import trials
     decoded = trials.decode(summary["per_trial"])
     ranks, durations, arrivals, error = (decoded.ranks, decoded.durations, decoded.arrivals,
                                          decoded.error)

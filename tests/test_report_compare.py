@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench import results
+from commbench.records import results
 from commbench.report import compare
 from support import ROOT
 

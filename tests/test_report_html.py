@@ -156,7 +156,7 @@ def opened(page, tmp_path):
 
 def final_records(path):
     sys.path.insert(0, str(ROOT))
-    from commbench import results
+    from commbench.records import results
     _, records = results.read(str(path))
     return results.final(records)
 
@@ -225,7 +225,7 @@ def test_the_checks_catch_what_they_look_for(tmp_path):
 def test_one_run(runs, tmp_path):
     page, db = tmp_path / "one.html", tmp_path / "results.db"
     sys.path.insert(0, str(ROOT))
-    from commbench.db import store as stores
+    from commbench.records.db import store as stores
     store = stores.Store(str(db))  # report.py import's own step, in-process
     stores.import_file(store, str(runs["gloo"]))
     store.close()

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from commbench import results, trials as encoding, whereabouts
+from commbench.records import results
+from commbench.bench import trials as encoding
+from commbench.ranks import whereabouts
 from commbench.report import cli as report_cli, trials
 from support import (ROOT, SIM_HOSTS, assert_no_traceback, base_env, free_port, launch,
                      launcher_command, rank_env, require_launcher)

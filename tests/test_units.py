@@ -4,7 +4,9 @@ import argparse
 
 import pytest
 
-from commbench import dtypes, errors, launch, memory, sizes, table
+from commbench import dtypes, errors, table
+from commbench.ranks import launch
+from commbench.bench import memory, sizes
 
 pytestmark = pytest.mark.fast
 

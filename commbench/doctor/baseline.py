@@ -141,8 +141,8 @@ def check(where, figures, tag=None, last=LAST):
     """The verdict record's "baseline" part for this check (doctor.verdict.Figures) against the
     database at `where`; one warning line (and None) when it cannot be read."""
     from sqlalchemy.exc import SQLAlchemyError
-    from .. import outputs
-    from ..db.store import Store, StoreError, _first_line
+    from ..records import outputs
+    from ..records.db.store import Store, StoreError, _first_line
     try:
         store = Store(where)
         try:

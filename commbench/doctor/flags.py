@@ -6,7 +6,8 @@ layer, backend, device, --timeout; the others at their defaults)."""
 import argparse
 from dataclasses import dataclass
 
-from .. import defaults, results
+from .. import defaults
+from ..records import results
 from ..cli import add_rank_flags, add_store_flags, settle_layer
 from ..errors import UsageError
 from ..flags import UsageParser, prog

@@ -18,7 +18,7 @@ import torch
 import torch.distributed
 
 from ..opfacts import FACTS
-from ..timing import interval
+from ..bench.timing import interval
 
 
 def _windows(run_window, repeat):

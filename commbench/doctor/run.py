@@ -10,11 +10,11 @@ import os
 import sys
 import time
 
-from .. import provenance
-from ..comm import init_comm
+from ..records import provenance
+from ..ranks.comm import init_comm
 from ..entry import guarded
 from ..errors import BenchmarkError
-from ..harness import open_results
+from ..bench.harness import open_results
 from ..table import emit, note, output_failure
 from . import fleet, plan, render, verdict, whole
 from .check import Check

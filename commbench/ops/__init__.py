@@ -1,11 +1,11 @@
-"""The ops: one module each, holding the op's descriptor (a commbench.collective.Collective) and
-the original's two entry points, `timed_<op>` and `run_<op>`. Which ops exist, and in what order
-run_all.py runs them, is defaults.OPS; the op scripts at the top of a checkout are fronts over
-these modules, and so is `python -m commbench <op>`."""
+"""The ops: one module each, holding the op's descriptor (a commbench.bench.collective.Collective)
+and the original's two entry points, `timed_<op>` and `run_<op>`. Which ops exist, and in what order
+run_all.py runs them, is defaults.OPS; the op scripts at the top of a checkout are fronts over these
+modules, and so is `python -m commbench <op>`."""
 
 import importlib
 
-from ..collective import Collective
+from ..bench.collective import Collective
 from ..errors import BenchmarkError
 
 

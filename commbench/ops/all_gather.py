@@ -2,8 +2,8 @@
 
 import functools
 
-from commbench import harness
-from commbench.collective import Collective, bound
+from commbench.bench import harness
+from commbench.bench.collective import Collective, bound
 from commbench.opfacts import FACTS
 
 ALL_GATHER = Collective.of(

@@ -6,12 +6,12 @@ import functools
 
 import torch
 
-from commbench import harness
-from commbench.collective import Collective, bound
+from commbench.bench import harness
+from commbench.bench.collective import Collective, bound
 from commbench.flags import argument
 from commbench.numbers import int_at_least
 from commbench.opfacts import FACTS
-from commbench.traffic import Traffic, parse_skew, read_matrix
+from commbench.bench.traffic import Traffic, parse_skew, read_matrix
 
 
 def _bind(traffic, comm, input, output, async_op):

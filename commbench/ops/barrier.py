@@ -3,8 +3,8 @@
 import functools
 import time
 
-from commbench import harness
-from commbench.collective import Collective, bound
+from commbench.bench import harness
+from commbench.bench.collective import Collective, bound
 from commbench.opfacts import FACTS
 
 # --check: the last rank arrives this late; a rank that leaves the barrier sooner than half of

@@ -5,8 +5,8 @@ send and receive at once (osu_bibw; with pairs, osu_mbw_mr)."""
 import dataclasses
 import functools
 
-from commbench import harness
-from commbench.collective import Collective
+from commbench.bench import harness
+from commbench.bench.collective import Collective
 from commbench.opfacts import FACTS
 from commbench.errors import UsageError
 

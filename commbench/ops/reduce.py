@@ -3,8 +3,8 @@ in place; the other ranks' tensors are left undefined."""
 
 import functools
 
-from commbench import harness
-from commbench.collective import Collective, bound
+from commbench.bench import harness
+from commbench.bench.collective import Collective, bound
 from commbench.opfacts import FACTS
 
 ROOT = FACTS["reduce"].root

@@ -11,7 +11,8 @@ after T, plus that, is the exposed communication of the step. Standard library o
 import math
 from dataclasses import dataclass, field
 
-from .. import results, units
+from ..records import results
+from .. import units
 from .runs import ReportError
 from .strategy import Curves
 

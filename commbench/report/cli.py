@@ -21,7 +21,8 @@ Standard library only, but for `plot` and `html` (matplotlib, and Jinja2, import
 import os
 import sys
 
-from commbench import caches, units
+from commbench.ranks import caches
+from commbench import units
 from commbench.flags import Parser, prog
 from commbench.numbers import byte_count, float_in, int_at_least
 from commbench.report import buckets, history, html, measured, strategy
@@ -329,7 +330,7 @@ def _single_runs(report, args):
     as compare() left them, the ratios and what would let it judge."""
     if not args.db:  # each op's verdict line says what would let it judge
         return report
-    from commbench import results
+    from commbench.records import results
     try:
         meta = results.read_all(args.a)[0]
     except (OSError, ValueError, KeyError, results.ResultsError):

@@ -1,7 +1,7 @@
 """`report.py plot` of a doctor.py run: the pair matrix as heatmaps (bandwidth each way, both
 ways at once, latency), the suspects outlined, the verdict in the title."""
 
-from .. import results
+from ..records import results
 from .runs import ReportError, bandwidth, bandwidth_label
 
 

@@ -1,5 +1,5 @@
 """report.py import and history (docs/history.md): results files into the results database, and
-the figures run by run with their change points (commbench.db.history)."""
+the figures run by run with their change points (commbench.records.db.history)."""
 
 import json
 import math
@@ -7,7 +7,7 @@ import os
 import sys
 
 from .. import units
-from ..db import ENVIRONMENT, history, power, store as stores
+from ..records.db import ENVIRONMENT, history, power, store as stores
 from ..errors import BenchmarkError
 from .runs import ReportError, ReportUsageError
 
@@ -28,7 +28,7 @@ def _open(where, read_only=True):
 
 def import_files(paths, where, tag):
     """Each results file as a run; a line per file on stderr. The count imported."""
-    from .. import results
+    from ..records import results
     store = _open(where, read_only=False)
     count = 0
     try:

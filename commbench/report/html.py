@@ -101,7 +101,7 @@ def comparisons(runs):
 
 def history_section(where, tag=None):
     """report.py history's trends of the database at `where` (--tag's runs), with its plot."""
-    from ..db import history as series_of
+    from ..records.db import history as series_of
     from . import history
     store = history._open(where)
     try:

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import results
+from ..records import results
 from ..trace import dscomms, formats
 from . import doctor, replays, runs, sections
 from .runs import ReportError
@@ -59,8 +59,8 @@ def _named_results(path):
 
 
 def _meta(path, text):
-    """The meta record commbench.results reads in a file named as a results file ({} if none),
-    or None: named otherwise, or unreadable as one (not UTF-8 among them: results.read_all
+    """The meta record commbench.records.results reads in a file named as a results file ({} if
+    none), or None: named otherwise, or unreadable as one (not UTF-8 among them: results.read_all
     would fail on it)."""
     named = _named_results(path)
     if named is None or "\ufffd" in text:

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from .. import defaults
-from .. import results
+from ..records import results
 from ..opfacts import FACTS
 from ..trace import dscomms
 
@@ -74,8 +74,8 @@ def _label(meta, path):
 
 
 def from_results(path, text=None):
-    """A results file of --output (read again by commbench/results.py: `text` unused). One that
-    holds no result (empty, or another program's JSON or CSV) is an error naming the file, not
+    """A results file of --output (read again by commbench/records/results.py: `text` unused). One
+    that holds no result (empty, or another program's JSON or CSV) is an error naming the file, not
     an empty report."""
     try:
         meta, records = results.read(path)

@@ -11,7 +11,8 @@ import re
 import shlex
 import tempfile
 
-from .. import results, units
+from ..records import results
+from .. import units
 from ..opfacts import FACTS
 from . import layouts
 from . import doctor, replays, trials

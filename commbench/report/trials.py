@@ -3,13 +3,13 @@
   first     the first timed trial against the steady median (the median of trials 2..T)
   spikes    trials over FACTOR x the steady median (default 2), each a late call (by which
             rank) or a stall inside the call (which ranks' calls were long), by
-            commbench/lateness.py's witnesses; and their period in trials: the spacing p (2 to
+            commbench/bench/lateness.py's witnesses; and their period in trials: the spacing p (2 to
             T/3 trials) of a comb k, k+p, k+2p, ... of which at least 60% are spikes, at least 3
             of them, and so many that chance would put them there with probability below 1% (the
             binomial tail at the share of spikes off the comb, times the number of combs tried);
             the most spikes on the comb first, then the shortest p; in milliseconds, the median
             time between its spikes. Fewer than 3 spikes, or no comb that fits: no period.
-  stragglers the two witnesses of commbench/lateness.py: the rank last to call each trial by
+  stragglers the two witnesses of commbench/bench/lateness.py: the rank last to call each trial by
             more than the clocks' error, and the rank with the shortest call; the straggler is
             named by their rule (more than half of a witness's waiting and at least 10% of the
             trials' time; two witnesses naming different ranks name none)
@@ -17,7 +17,7 @@
             its 95% interval: drift only when the interval leaves out 0
 
 A trial's time is the slowest rank's, end to end (each rank's trial runs from the end of the one
-before to its own end). Arrivals are on rank 0's clock (commbench/clocks.py): one clock on one
+before to its own end). Arrivals are on rank 0's clock (commbench/ranks/clocks.py): one clock on one
 host, measured offsets across hosts, the bound printed with each size. After the sizes, the
 period in time of every size's spikes on that one time line (lateness.period_in_time).
 """
@@ -25,7 +25,9 @@ period in time of every size's spikes on that one time line (lateness.period_in_
 import math
 import statistics
 
-from .. import lateness, results, trials, units
+from ..bench import lateness, trials
+from ..records import results
+from .. import units
 from ..numbers import t975
 from .runs import ReportError
 

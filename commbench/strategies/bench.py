@@ -21,16 +21,18 @@ from dataclasses import dataclass
 import torch
 import torch.distributed
 
-from .. import gathered, results, units, whereabouts
-from ..comm import init_comm
+from ..ranks import gathered, whereabouts
+from ..records import results
+from .. import units
+from ..ranks.comm import init_comm
 from ..errors import BenchmarkError, UsageError
-from ..guard import agree_to_go_on, stall_deadline
+from ..ranks.guard import agree_to_go_on, stall_deadline
 from ..entry import exit_without_finalising, guarded
 from ..settings import frozen
 from ..table import note
 from ..trace.capture import Tracer
 from . import dsconfig, sweep
-from .accounting import OPS, Recorder
+from ..trace.accounting import OPS, Recorder
 from .flags import BenchSettings, check_backend, check_shape, comm_args, parser
 from .memory import PeakMemory, release_memory, settle_malloc
 from .model import ModelConfig

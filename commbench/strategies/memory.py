@@ -10,7 +10,7 @@ import os
 import torch
 
 from ..errors import UsageError
-from ..memory import read_field
+from ..bench.memory import read_field
 
 
 # ------------------------------------------------------------------------------ glibc malloc

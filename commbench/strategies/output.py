@@ -3,7 +3,8 @@ writes (a meta record, then one record a strategy, each on disk as it is measure
 that dies keeps what it measured: results.LinesWriter, by the suite's rules for every results
 file)."""
 
-from .. import provenance, results, units
+from ..records import provenance, results
+from .. import units
 from ..errors import BenchmarkError
 from ..table import note, print_rank_0
 
@@ -118,7 +119,7 @@ def open_output(run):
                                "replaces it)")
     if run.comm.any_rank(failure is not None):
         raise BenchmarkError(failure or "rank 0 cannot write the results file")
-    from ..outputs import beside  # --db, --prometheus: the strategy rows there too
+    from ..records.outputs import beside  # --db, --prometheus: the strategy rows there too
     run.writer = beside(run.writer, run.args, run.comm, lambda: meta(run))
 
 

@@ -23,8 +23,8 @@ import warnings
 import torch
 import torch.distributed
 
-from .. import layer, shm
-from ..layer import tell_deepspeed_backend
+from ..ranks import layer, shm
+from ..ranks.layer import tell_deepspeed_backend
 from .model import (TPGroup, build_model, count_params, shard_for_tp, stage_for_pp,
                     synthetic_batches)
 

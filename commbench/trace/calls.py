@@ -10,7 +10,7 @@ A `Function` says, for one torch.distributed function (by the names of its bound
   splits, reduce op), given where it ran (`Where`: the group's global ranks, this rank);
 - `always_async`: issued without waiting whatever `async_op` says (isend, irecv, a batch).
 
-`FUNCTIONS` is the table both readers use: strategies.accounting.Recorder (what it wraps and
+`FUNCTIONS` is the table both readers use: trace.accounting.Recorder (what it wraps and
 counts) and trace.capture.Tracer (what it records). A function torch adds is one row here.
 """
 

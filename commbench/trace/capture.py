@@ -10,7 +10,7 @@ Two lines in a training script:
 `record(...).step()` marks the end of a training step (the replay then reports per step).
 Each rank writes `DIR/rank<R>.json` when the recording ends, and again at each step, so a job
 that dies keeps what it ran. The wrapping is the strategies' accounting
-(commbench.strategies.accounting.Recorder): only the outermost call counts, the Work an async
+(commbench/trace/accounting.py's Recorder): only the outermost call counts, the Work an async
 call returns is handed back in a proxy that notes its first wait().
 """
 
@@ -157,7 +157,7 @@ class record:
     manager, or an object to close()."""
 
     def __init__(self, directory, source=None):
-        from ..strategies.accounting import Recorder
+        from .accounting import Recorder
         if not torch.distributed.is_initialized():
             raise RuntimeError("commbench.trace.record: start the process group first "
                                "(torch.distributed.init_process_group or "

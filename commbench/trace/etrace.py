@@ -29,7 +29,6 @@ OPS = {"allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce",
        "reduce_": "reduce", "gather_": "gather", "scatter_": "scatter",
        "alltoall_base_": "all_to_all", "alltoall_": "all_to_all", "send": "send",
        "recv_": "recv", "barrier": "barrier", "monitored_barrier_": "barrier"}
-_ARGUMENT = re.compile(r"(?:^|,\s*)[^,()]*?\s(\w+)(?:=[^,]*)?(?=,|$)")
 _TENSOR_TYPE = re.compile(r"Tensor\(([^)]*)\)")
 
 

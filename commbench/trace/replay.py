@@ -12,16 +12,19 @@ import statistics
 import sys
 from dataclasses import dataclass
 
-from .. import clocks, defaults, gathered, provenance, trials as encoding, units, whereabouts
+from ..ranks import clocks, gathered, whereabouts
+from .. import defaults, units
+from ..records import provenance
+from ..bench import trials as encoding
 from ..cli import add_store_flags
-from ..comm import init_comm
+from ..ranks.comm import init_comm
 from ..errors import BenchmarkError
 from ..flags import UsageParser, prog
-from ..guard import agree_to_go_on, stall_deadline
-from ..launch import discover_launch_env
-from ..memory import per_rank_memory
+from ..ranks.guard import agree_to_go_on, stall_deadline
+from ..ranks.launch import discover_launch_env
+from ..bench.memory import per_rank_memory
 from ..numbers import float_in, int_at_least
-from ..results import FORMATS, open_lines, written_elsewhere
+from ..records.results import FORMATS, open_lines, written_elsewhere
 from ..settings import frozen
 from ..table import emit, note, output_failure, print_rank_0
 from . import agree, summary
@@ -189,7 +192,7 @@ def open_output(args, comm, trace):
                            "it)")
     if comm.any_rank(failure is not None):
         raise BenchmarkError(failure or "rank 0 cannot write --output")
-    from ..outputs import beside  # --db, --prometheus: the summary and the calls there too
+    from ..records.outputs import beside  # --db, --prometheus: the summary and the calls there too
     return beside(writer, args, comm, lambda: meta(args, comm, trace))
 
 
@@ -220,8 +223,8 @@ def gather(comm, trace, times, starts, wrong, passes):
 
 
 def gather_passes(comm, passes, came, aligned):
-    """--per-trial: each timed pass a trial, in commbench/trials.py's encoding: its time on each
-    rank (the opening barrier's exit to the pass's end), when the rank came to the pass (the
+    """--per-trial: each timed pass a trial, in commbench/bench/trials.py's encoding: its time on
+    each rank (the opening barrier's exit to the pass's end), when the rank came to the pass (the
     opening barrier's entry: its call) and its time from there to the pass's end, on rank 0's
     clock (`aligned`: clocks.alignment of the readings before and after the passes)."""
     start = came[0][0]

@@ -13,7 +13,7 @@ import statistics
 
 from .. import units
 from ..opfacts import FACTS
-from ..timing import interval
+from ..bench.timing import interval
 from .model import KINDS
 
 

@@ -15,7 +15,7 @@ import deepspeed.comm as dist
 import torch
 
 # DeepSpeed 0.19 on CPU starts its accelerator's backend (ccl, where oneCCL's bindings import)
-# whatever it is asked: told gloo, as the suite does (commbench/layer.py)
+# whatever it is asked: told gloo, as the suite does (commbench/ranks/layer.py)
 deepspeed.get_accelerator()._communication_backend_name = "gloo"
 deepspeed.init_distributed(dist_backend="gloo")
 # what "comms_logger": {"enabled": true, "prof_all": true} in a DeepSpeed config turns on

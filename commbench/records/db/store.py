@@ -14,7 +14,7 @@ import os
 import time
 from typing import cast
 
-from ..errors import BenchmarkError
+from ...errors import BenchmarkError
 from . import schema
 
 BUSY_TIMEOUT_S = 60
@@ -193,7 +193,7 @@ def _sqlite_begin_read(connection):
 
 def _say(line):
     import sys
-    from ..errors import PROG
+    from ...errors import PROG
     print(f"{PROG}: {line}", file=sys.stderr, flush=True)
 
 

@@ -7,10 +7,11 @@ import sys
 
 from .check import check_every, count_wrong
 from .collective import get_bw
-from .errors import PROG, BenchmarkError
-from .guard import RESULTS_LOCK
-from .table import duration_text, emit_or_stop, note, print_row
-from . import gathered, groups as grouping, lateness, overlap, precision, trials as per_trial
+from ..errors import PROG, BenchmarkError
+from ..ranks.guard import RESULTS_LOCK
+from ..table import duration_text, emit_or_stop, note, print_row
+from ..ranks import gathered, groups as grouping
+from . import lateness, overlap, precision, trials as per_trial
 from .timing import STATS, interval, odd_window, summarize, time_op, window
 
 
@@ -190,7 +191,7 @@ def _stats_figures(record, per_rank, ranks, args, comm, entry):
     record["stats"] = dict(zip(STATS, per_rank[0]["stats"]))
     record["stats_per_rank"] = [dict(zip(STATS + ("late_s",), f["stats"] + [f["late_s"]]))
                                 for f in per_rank]
-    # The slowest rank is the straggler by commbench/lateness.py's rule, the one report.py
+    # The slowest rank is the straggler by commbench/bench/lateness.py's rule, the one report.py
     # trials applies: "-" when the evidence names no one (none late beyond the clocks' error
     # or by the call times, or the waiting it caused under 10% of the trials' time).
     slowest = None
@@ -209,7 +210,7 @@ def _stats_figures(record, per_rank, ranks, args, comm, entry):
 
 
 def _overlap(collective, input, output, count, args, comm):
-    """--overlap's three windows for this size (commbench.overlap), with the op issued
+    """--overlap's three windows for this size (commbench.bench.overlap), with the op issued
     asynchronously whatever --async-op says; the compute phase is calibrated once per run."""
     if comm.run.compute is None:
         comm.run.compute = overlap.Compute(comm, args.compute_cpus)

@@ -7,7 +7,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .opfacts import GATHERED, SPLIT, WHOLE, OpFacts  # noqa: F401  (the ops' names)
+from ..opfacts import GATHERED, SPLIT, WHOLE, OpFacts  # noqa: F401  (the ops' names)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import io
 import json
 import os
 
-from .errors import BenchmarkError
+from ..errors import BenchmarkError
 
 FORMATS = (".jsonl", ".csv", ".json")
 

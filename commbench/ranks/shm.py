@@ -19,7 +19,7 @@ import os
 import re
 import sys
 
-from . import units
+from .. import units
 
 _ccl_endpoints = False
 _CCL_ENDPOINT = re.compile(r"(\d+):\d+:\d+")

@@ -5,7 +5,7 @@ import contextlib
 import os
 import sys
 
-from .errors import BenchmarkError
+from ..errors import BenchmarkError
 
 
 def import_bindings():

@@ -33,7 +33,7 @@ import torch
 import torch.distributed
 import torch.distributed.distributed_c10d as c10d
 
-from ..trace.calls import FUNCTIONS
+from .calls import FUNCTIONS
 
 # torch.distributed function -> the suite's op name (each function described once: trace.calls).
 OP_NAMES = {name: function.op for name, function in FUNCTIONS.items()}

@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from .table import note
+from ..table import note
 from .timing import interval
 
 MIN_WINDOWS = 3  # counted windows: the fewest an interval comes from

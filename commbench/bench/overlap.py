@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import units
+from .. import units
 
 FIELDS = ("comm_s", "compute_s", "total_s", "overlap_pct")
 # The compute phase: square matmuls of this dimension, as many as fill the pure collective's

@@ -11,7 +11,7 @@ import time
 from sqlalchemy import (BigInteger, Boolean, Column, Float, ForeignKey, Integer, MetaData,
                         String, Table, Text, select, text)
 
-from ..errors import BenchmarkError
+from ...errors import BenchmarkError
 
 # Version 1: runs and their rows; version 2: the indexes that reading a run and history's
 # --tag and --since use.

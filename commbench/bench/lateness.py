@@ -2,7 +2,7 @@
 late or slowest (report.py trials, its HTML section, replay's --per-trial, --stats' slowest
 rank), and the test for a period in time. Pure figures: no torch, no ranks.
 
-Three witnesses, each counted per trial (commbench/trials.py's figures, on rank 0's clock):
+Three witnesses, each counted per trial (commbench/bench/trials.py's figures, on rank 0's clock):
 
   clock      the rank that called last, and by how much after the next latest call (the lead:
              the least that any other rank waited for it). A lead counts only when it is larger
@@ -232,7 +232,7 @@ def witnesses(trials, op, bounds):
 
 
 def judge(trials, op, bounds, spiked=(), steady=0.0, pool=None):
-    """The Verdict for one size's Trials (commbench.trials), `bounds` per rank index (s);
+    """The Verdict for one size's Trials (commbench.bench.trials), `bounds` per rank index (s);
     `spiked`: its spike trials (1-based) and the steady median, to tell a late call from a
     stall inside the call; `pool`: pooled() over the run's sizes (None: this size alone is
     the evidence, as for --stats, whose rows are printed as they are measured)."""

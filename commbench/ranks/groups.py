@@ -12,7 +12,7 @@ calls carry `group=` and translate roots from group ranks to global ranks, and `
 import functools
 from dataclasses import dataclass, field
 
-from .errors import UsageError
+from ..errors import UsageError
 
 KINDS = ("world", "intra", "inter")
 TITLES = {"world": "world", "intra": "intra-host", "inter": "inter-host", "split": "split"}

@@ -12,7 +12,7 @@ import torch
 import torch.distributed
 
 from . import caches, ccl as oneccl
-from .errors import BenchmarkError
+from ..errors import BenchmarkError
 
 
 def _torch_accelerator():

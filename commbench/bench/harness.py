@@ -8,18 +8,20 @@ import time
 
 import torch
 
-from .comm import init_comm
-from .dtypes import dtypes_for, get_dtype
-from .errors import BenchmarkError, UsageError
-from .guard import RESULTS_LOCK, agree_to_go_on, deadline, peer_failure
-from .layer import processor_model
+from ..ranks.comm import init_comm
+from ..dtypes import dtypes_for, get_dtype
+from ..errors import BenchmarkError, UsageError
+from ..ranks.guard import RESULTS_LOCK, agree_to_go_on, deadline, peer_failure
+from ..ranks.layer import processor_model
 from .memory import MemoryMeter
 from .onesize import add_record, time_window, timed_collective  # noqa: F401 (the ops' name)
-from .progress import open_progress
+from ..progress import open_progress
 from .sizes import allocate, cap_sweep, plan_single_size, refuse_past_ceiling, sweep_numels
-from .table import extra_columns, note, print_header, print_row
-from .settings import Settings
-from . import groups as grouping, precision, provenance, whereabouts
+from ..table import extra_columns, note, print_header, print_row
+from ..settings import Settings
+from ..ranks import groups as grouping, whereabouts
+from . import precision
+from ..records import provenance
 
 
 def init_processes(local_rank, args, ops=None):
@@ -37,13 +39,13 @@ def init_processes(local_rank, args, ops=None):
 
 def open_results(args, comm, make_meta):
     """Rank 0 opens its outputs (--output's results file, --db's run, --prometheus; see
-    commbench.outputs), the meta record make_meta() first, before anything is measured; every
-    rank learns whether that worked, so that none goes on to measure alone. Rank 0's writer, or
-    None."""
+    commbench.records.outputs), the meta record make_meta() first, before anything is measured;
+    every rank learns whether that worked, so that none goes on to measure alone. Rank 0's writer,
+    or None."""
     args = Settings.of(args)
     writer, failure = None, None
     if comm.global_rank == 0:
-        from . import outputs  # only runs that write one pay for it
+        from ..records import outputs  # only runs that write one pay for it
         try:
             writer = outputs.open_outputs(args, make_meta, lambda text: note(comm, text))
         except BenchmarkError as error:
@@ -196,7 +198,7 @@ def _run_sizes(collective, args, comm, dtype_shown):
     # --repeat R: R passes over the sizes, one window of each size per pass, so that each size's
     # windows are spread over the op's whole run and drift hits them alike; the rows (and the
     # whole records) come in the last pass, each window's record as it is measured. --precision:
-    # passes until each size's interval is tight enough (commbench.precision).
+    # passes until each size's interval is tight enough (commbench.bench.precision).
     adaptive = args.adaptive
     schedule = precision.Schedule(args, comm, len(numels), groups) if adaptive else \
         precision.FixedPasses(args.repeat, len(numels))

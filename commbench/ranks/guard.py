@@ -13,9 +13,9 @@ import time
 import torch.distributed
 
 from . import shm
-from .errors import PROG, BenchmarkError, OutputClosed
+from ..errors import PROG, BenchmarkError, OutputClosed
 from .launch import discover_launch_env
-from .table import emit
+from ..table import emit
 
 
 def say(line):

@@ -5,13 +5,13 @@ import math
 
 import torch
 
-from . import defaults, units
+from .. import defaults, units
 from .check import CHECK_RESERVE
 from .collective import GATHERED, SPLIT, WHOLE
-from .dtypes import get_dtype
-from .errors import BenchmarkError, UsageError
+from ..dtypes import get_dtype
+from ..errors import BenchmarkError, UsageError
 from .memory import free_device_memory, per_rank_memory, rank_memory_now
-from .table import note
+from ..table import note
 
 
 def scan_numels(world_size, maxsize, minsize=1):

@@ -12,9 +12,9 @@ without it.
 import os
 import sys
 
-from .errors import PROG, BenchmarkError
+from ..errors import PROG, BenchmarkError
 from .db import ENVIRONMENT
-from .settings import Settings
+from ..settings import Settings
 
 
 def database(args):

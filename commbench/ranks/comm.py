@@ -20,19 +20,19 @@ from datetime import timedelta
 import torch
 import torch.distributed
 
-from .dtypes import check_dtype_for_backend
+from ..dtypes import check_dtype_for_backend
 from . import builds, ccl as oneccl, groups as grouping, shm
-from .errors import PROG, BenchmarkError, UsageError
+from ..errors import PROG, BenchmarkError, UsageError
 from .guard import deadline, peer_failure
 from .launch import check_master_address, discover_launch_env, master_address, master_port
 from .layer import (import_deepspeed, init_error, pin, resolve_device_and_backend, select_device,
                     tell_deepspeed_backend)
-from .opfacts import REDUCE_OPS
-from .progress import SlowStep
+from ..opfacts import REDUCE_OPS
+from ..progress import SlowStep
 from .peers import argument_digest, differing_arguments, exchange
-from .settings import Settings
+from ..settings import Settings
 from .startup import say_startup
-from .table import note
+from ..table import note
 
 
 @dataclass(eq=False)

@@ -15,7 +15,7 @@ trials on 64 ranks make 1,028,000 bytes, 1.4 MB of text a size. host_offset_s: e
 less rank 0's, before the trials. origin_s: the origin on rank 0's clock (seconds,
 CLOCK_MONOTONIC: the sizes of one run on one time line).
 
-Clocks (commbench/clocks.py): every figure is on rank 0's clock. "clock": "shared" when every
+Clocks (commbench/ranks/clocks.py): every figure is on rank 0's clock. "clock": "shared" when every
 rank is on one host (one kernel clock: no error from alignment, clock_error_us 0), "measured"
 when hosts' offsets were measured by round trips before and after the trials; host_error_us:
 each host's bound, clock_error_us the largest. Files of earlier versions: "clock" absent (a
@@ -26,7 +26,7 @@ import math
 import struct
 from dataclasses import dataclass, field
 
-from . import clocks
+from ..ranks import clocks
 
 ENCODING = "float32-le-base64-us"
 

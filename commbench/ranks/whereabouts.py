@@ -29,11 +29,11 @@ from datetime import timedelta
 
 import torch.distributed
 
-from .errors import PROG, BenchmarkError
+from ..errors import PROG, BenchmarkError
 from .guard import peer_failure, say
-from .table import convert_size
+from ..table import convert_size
 
-PREFIX = "commbench/whereabouts/"
+PREFIX = "commbench/ranks/whereabouts/"
 GRACE_S = 3.0  # rank 0 waits this long for the others' posts after its own deadline fired
 STORE_S = 5.0  # a store operation of the deadline thread gives up after this long
 POLL_S = 0.05

@@ -19,7 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .errors import PROG, BenchmarkError
+from ..errors import PROG, BenchmarkError
 
 # The ops DeepSpeed 0.19's CPU accelerator builds when its layer starts, per backend: its shm
 # all-reduce op always (TorchBackend), its oneCCL op too on ccl (CCLBackend).

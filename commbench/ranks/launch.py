@@ -8,8 +8,8 @@ import socket
 import sys
 from dataclasses import dataclass
 
-from . import defaults
-from .errors import BenchmarkError, UsageError
+from .. import defaults
+from ..errors import BenchmarkError, UsageError
 
 LAUNCHER_ENVIRONMENTS = (
     ("torchrun/deepspeed", "RANK", "LOCAL_RANK", ("WORLD_SIZE",)),

@@ -8,7 +8,7 @@ import hashlib
 
 import torch
 
-from .errors import UsageError
+from ..errors import UsageError
 
 _EXCHANGE_BYTES = 512  # a host name (at most 253 bytes) and a digest (64), with room
 

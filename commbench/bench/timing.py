@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed
 
-from .numbers import t975
-from . import clocks, whereabouts
+from ..numbers import t975
+from ..ranks import clocks, whereabouts
 
 
 class _HostMarks:

@@ -8,7 +8,7 @@ import torch
 import torch.distributed
 
 from . import ccl as oneccl
-from .table import note
+from ..table import note
 
 
 def say_startup(comm, args, launch, figures, pinned):

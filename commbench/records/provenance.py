@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from . import __version__
+from .. import __version__
 
 
 def placed(comm):

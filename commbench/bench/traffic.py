@@ -11,7 +11,7 @@ import csv
 import math
 import random
 
-from .errors import UsageError
+from ..errors import UsageError
 
 HOT_FACTOR = 8.0  # hot:K's default: a hot receiver gets 8 times what another rank gets
 MATRIX_RECORDED = 64  # records carry the whole matrix up to this many ranks
