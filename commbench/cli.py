@@ -111,6 +111,16 @@ def add_rank_flags(parser, dist_help):
                         help="cuda, cpu, xpu, hpu, npu, ... (default: detected)")
 
 
+def add_timeout_flag(parser, default=defaults.DEFAULT_TIMEOUT,
+                     help="seconds a rank waits for its peers (default %(default)s)",
+                     metavar=None):
+    """--timeout, of every script that starts ranks (settings.RankSettings.timeout): seconds, the
+    suite's default (defaults.DEFAULT_TIMEOUT) unless a front end's own (doctor.py's, shorter:
+    a host that does not answer is named unreachable at it); `help` says what waits for it."""
+    parser.add_argument("--timeout", type=_positive_seconds, default=default, metavar=metavar,
+                        help=help)
+
+
 def settle_layer(args):
     """--dist not given: deepspeed (SPEC's default) where DeepSpeed is installed; where it is
     not (a plain `pip install commbench`), torch, and one note from the launcher's rank 0 that
@@ -287,9 +297,8 @@ def _output_and_limit_flags(parser):
                              "from the median warmup's pace, at least 5 and at most --trials; "
                              "with --precision, the seconds of the whole run, shared between "
                              "its ops and sizes")
-    parser.add_argument("--timeout", type=_positive_seconds, default=defaults.DEFAULT_TIMEOUT,
-                        help="seconds a rank waits for its peers (rendezvous, process group) "
-                             "before it gives up with an error (default %(default)s)")
+    add_timeout_flag(parser, help="seconds a rank waits for its peers (rendezvous, process "
+                                  "group) before it gives up with an error (default %(default)s)")
 
 
 def benchmark_parser():

@@ -13,16 +13,16 @@ import sys
 from dataclasses import dataclass
 
 from .. import clocks, defaults, gathered, provenance, trials as encoding, units, whereabouts
-from ..cli import add_store_flags
+from ..cli import add_store_flags, add_timeout_flag
 from ..comm import init_comm
 from ..errors import BenchmarkError
 from ..flags import UsageParser, prog
 from ..guard import agree_to_go_on, stall_deadline
 from ..launch import discover_launch_env
 from ..memory import per_rank_memory
-from ..numbers import float_in, int_at_least
+from ..numbers import int_at_least
 from ..results import FORMATS, open_lines, written_elsewhere
-from ..settings import frozen
+from ..settings import RankSettings, command_line, frozen
 from ..table import emit, note, output_failure, print_rank_0
 from . import agree, summary
 from .engine import Replayer, bytes_in_flight
@@ -51,6 +51,12 @@ class ReplaySettings:
     db: str | None
     tag: str | None
     prometheus: str | None
+
+
+def rank_settings(args):
+    """What starts replay.py's ranks (comm.init_comm): its layer, backend, device, --timeout."""
+    return RankSettings(dist=args.dist, backend=args.backend, device=args.device,
+                        timeout=args.timeout, command_line=command_line(args))
 
 
 def parser():
@@ -90,8 +96,7 @@ def parser():
     p.add_argument("--overwrite", action="store_true",
                    help="replace --output if it exists (default: write FILE.jsonl.1, ...)")
     add_store_flags(p)
-    p.add_argument("--timeout", type=float_in(0, 1e6, "a positive number of seconds"),
-                   default=300, help="seconds a rank waits for its peers (default %(default)s)")
+    add_timeout_flag(p)
     return p
 
 
@@ -241,7 +246,7 @@ def run(args):
                             category=FutureWarning)
     trace = load(args)
     check_world(trace, args)
-    comm = init_comm(args.local_rank, args)
+    comm = init_comm(args.local_rank, rank_settings(args))
     rank = comm.global_rank
     check_memory(comm, trace)
     for line in describe(trace):
