@@ -230,10 +230,12 @@ def gather_passes(comm, passes, came, aligned):
     opening barrier's entry: its call) and its time from there to the pass's end, on rank 0's
     clock (`aligned`: clocks.alignment of the readings before and after the passes)."""
     start = came[0][0]
-    mine = [start] + list(passes) + [entered - start for entered, _ in came] + \
-        [began - entered + seconds for (entered, began), seconds in zip(came, passes)] + \
-        [math.nan] * len(passes)  # the time not run: not measured in a replay
-    rows = comm.gather_figures(mine)
+    mine = {"start_s": start, "trials_s": list(passes),
+            "arrivals_s": [entered - start for entered, _ in came],
+            "in_call_s": [began - entered + seconds
+                          for (entered, began), seconds in zip(came, passes)],
+            "stopped_s": [math.nan] * len(passes)}  # the time not run: not measured in a replay
+    rows = gathered.gather(comm, mine)
     if comm.global_rank != 0:  # rank 0 alone holds the clocks' alignment, and writes
         return None
     return encoding.encode(rows, list(range(len(rows))), comm.hostnames, aligned)
