@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..cli import add_store_flags, add_timeout_flag
+from ..cli import add_local_rank_flag, add_store_flags, add_timeout_flag
 from ..errors import UsageError
 from ..flags import UsageParser, prog
 from ..numbers import int_at_least
@@ -37,8 +37,7 @@ def parser():
     p = UsageParser(prog=prog("parallel_bench.py"),
                 description="Train a small decoder-only transformer with each parallel strategy "
                             "and measure step time, memory and the communication of a step.")
-    p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
-                   help="set by launchers; default: from the launcher's environment")
+    add_local_rank_flag(p)
     p.add_argument("--strategy", type=strategy_list, default=None,
                    help="ddp, zero1, zero2, zero3, tp, pp, a comma list, or all (default; with "
                         "--ds-config: the stage the file names)")

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 
 from .. import clocks, defaults, gathered, provenance, trials as encoding, units, whereabouts
-from ..cli import add_store_flags, add_timeout_flag
+from ..cli import add_local_rank_flag, add_store_flags, add_timeout_flag
 from ..comm import init_comm
 from ..errors import BenchmarkError
 from ..flags import UsageParser, prog
@@ -67,8 +67,7 @@ def parser():
                    help="one file per rank, the rank the last number in its name (the suite's "
                         "own traces, PyTorch execution traces, PARAM basic comms traces, "
                         "DeepSpeed comms logger summaries)")
-    p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
-                   help="set by launchers; default: from the launcher's environment")
+    add_local_rank_flag(p)
     p.add_argument("--dist", choices=defaults.DISTS, default="torch",
                    help="issue the calls through torch.distributed (default) or deepspeed.comm")
     p.add_argument("--backend", default=None,
