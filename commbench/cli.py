@@ -99,9 +99,9 @@ def _device_type(text):
 
 def add_rank_flags(parser, dist_help):
     """What every script that starts the suite's ranks shares (the op scripts, run_all.py,
-    doctor.py): the launcher's local rank, and the layer, backend and device to start."""
-    parser.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
-                        help="set by launchers; default: from the launcher's environment")
+    doctor.py): the launcher's local rank, and the layer, backend and device to start. Their
+    --timeout: add_timeout_flag (where --help lists it)."""
+    add_local_rank_flag(parser)
     parser.add_argument("--backend", choices=defaults.BACKENDS, default=defaults.DEFAULT_BACKEND,
                         help="communication backend (default: detected from the device)")
     # None until settle_layer: deepspeed where DeepSpeed is installed, else torch
@@ -110,6 +110,23 @@ def add_rank_flags(parser, dist_help):
                              "DeepSpeed is not installed, with a note)")
     parser.add_argument("--device", type=_device_type, default=defaults.DEFAULT_DEVICE,
                         help="cuda, cpu, xpu, hpu, npu, ... (default: detected)")
+
+
+def add_local_rank_flag(parser):
+    """The launcher's local rank, of every script that starts ranks (replay.py and
+    parallel_bench.py declare their own layer flags: their defaults differ)."""
+    parser.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
+                        help="set by launchers; default: from the launcher's environment")
+
+
+def add_timeout_flag(parser, default=defaults.DEFAULT_TIMEOUT,
+                     help="seconds a rank waits for its peers (default %(default)s)",
+                     metavar=None):
+    """--timeout, of every script that starts ranks (settings.RankSettings.timeout): seconds, the
+    suite's default (defaults.DEFAULT_TIMEOUT) unless a front end's own (doctor.py's, shorter:
+    a host that does not answer is named unreachable at it); `help` says what waits for it."""
+    parser.add_argument("--timeout", type=_positive_seconds, default=default, metavar=metavar,
+                        help=help)
 
 
 def settle_layer(args):
@@ -288,9 +305,8 @@ def _output_and_limit_flags(parser):
                              "from the median warmup's pace, at least 5 and at most --trials; "
                              "with --precision, the seconds of the whole run, shared between "
                              "its ops and sizes")
-    parser.add_argument("--timeout", type=_positive_seconds, default=defaults.DEFAULT_TIMEOUT,
-                        help="seconds a rank waits for its peers (rendezvous, process group) "
-                             "before it gives up with an error (default %(default)s)")
+    add_timeout_flag(parser, help="seconds a rank waits for its peers (rendezvous, process "
+                                  "group) before it gives up with an error (default %(default)s)")
 
 
 def benchmark_parser():

@@ -4,15 +4,47 @@ default in one place and the checks across flags beside them.
 benchmark_parser() parses into an argparse Namespace, as the original's scripts expect of it
 (they read `args.scan`, and may set a field of their own), and settles it here (`settle`: the
 defaults that depend on other flags, the checks across flags). The run reads a Settings, made
-once where a Namespace enters it (`Settings.of`), never the Namespace: a front end that starts
-ranks through the same layer without the op scripts' flags (doctor.py, parallel_bench.py,
-replay.py) gets each missing field's default here, not at each reader. A variant of a run (one
-dtype of several, the file written beside another's) is `settings.but(dtype=...)`.
+once where a Namespace enters it (`Settings.of`), never the Namespace; a field the Namespace
+lacks (a script that builds its own) is at its default here, not at each reader. A variant of a
+run (one dtype of several, the file written beside another's) is `settings.but(dtype=...)`.
+
+What starts the ranks (comm.init_comm) is a RankSettings, which each front end builds field by
+field (`Settings.ranks` for the op scripts and run_all.py; doctor.py's, replay.py's and
+parallel_bench.py's own): a flag of a front end's that happens to share a name with one of the
+op scripts' settings (`--op`, `--pin`) never reaches how the ranks start.
 """
 
+from argparse import Namespace
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from . import defaults
+
+
+@dataclass(frozen=True)
+class RankSettings:
+    """What comm.init_comm reads to start a run's ranks, built by each front end explicitly.
+    Besides the layer, backend, device and --timeout: the dtypes and the reduction checked
+    against the backend before anything starts, --pin, the layouts of --groups / --split, and
+    the front end's whole command line, whose digest every rank compares with rank 0's."""
+
+    dist: str = defaults.DEFAULT_DIST
+    backend: str | None = defaults.DEFAULT_BACKEND
+    device: str | None = defaults.DEFAULT_DEVICE
+    timeout: float = defaults.DEFAULT_TIMEOUT
+    dtype: str = defaults.DEFAULT_TYPE
+    op: str = defaults.DEFAULT_REDUCE_OP
+    pin: bool = False
+    groups: tuple[str, ...] = ()
+    split: tuple | None = None
+    # (flag, value) pairs of every flag, sorted: `command_line(args)`
+    command_line: tuple[tuple[str, Any], ...] = ()
+
+
+def command_line(args: Any) -> tuple[tuple[str, Any], ...]:
+    """A parsed command line (a Namespace, or a front end's frozen settings) as sorted (flag,
+    value) pairs: what the ranks' start-up digest compares, every flag of it."""
+    return tuple(sorted(vars(args).items()))
 
 
 @dataclass(frozen=True)
@@ -79,10 +111,15 @@ class Settings:
 
     @classmethod
     def of(cls, args):
-        """The settings of a parsed command line (a Namespace, or Settings already): its fields
-        that are settings, each missing one at its default; run_all.py's op flags become `ops`."""
+        """The settings of the op scripts' parsed command line (benchmark_parser's Namespace,
+        which a script may have added a field of its own to, or Settings already): each field
+        missing at its default; run_all.py's op flags become `ops`. Another front end's
+        settings are no Namespace of these flags: refused, not read by their fields' names."""
         if isinstance(args, cls):
             return args
+        if not isinstance(args, Namespace):
+            raise TypeError(f"Settings.of takes the op scripts' Namespace, not "
+                            f"{type(args).__name__}")
         given = vars(args)
         known = {f.name: given[f.name] for f in fields(cls) if f.name in given}
         known["ops"] = tuple(op for op in defaults.OPS if given.get(op))
@@ -93,6 +130,14 @@ class Settings:
     def but(self, **changes):
         """These settings with `changes` (a variant of the run: one dtype of several)."""
         return replace(self, **changes)
+
+    def ranks(self, given: Any = None) -> RankSettings:
+        """What starts the op scripts' ranks; `given`: the command line as parsed (its digest,
+        every flag; these settings without it)."""
+        return RankSettings(dist=self.dist, backend=self.backend, device=self.device,
+                            timeout=self.timeout, dtype=self.dtype, op=self.op, pin=self.pin,
+                            groups=tuple(self.groups or ()), split=self.split,
+                            command_line=command_line(self if given is None else given))
 
     @property
     def adaptive(self):

@@ -49,3 +49,24 @@ def test_ragged_rows_and_a_layout_that_does_not_fit_are_refused():
     layout, _ = gathered.flatten({"a": [1.0, 2.0]})
     with pytest.raises(ValueError, match="3 figures for a layout of 2"):
         gathered.unflatten(layout, [1.0, 2.0, 3.0])
+
+
+def test_per_trial_figures_cross_by_name_into_the_record():
+    """trials.figures (--per-trial's, onesize's and replay's) through the gather: each rank's
+    dict back whole (NaN where a replay has no time not run), and its record as before it."""
+    from commbench.bench import trials
+
+    class Timing:
+        def __init__(self, rank, count=4):
+            self.start, self.stopped = 100.0, None
+            self.trials = [1e-3 * (i + 1) for i in range(count)]
+            self.arrivals = [0.01 * i + 1e-4 * rank for i in range(count)]
+            self.in_call = [t / 2 for t in self.trials]
+    mine = [trials.figures(Timing(rank)) for rank in range(3)]
+    rows = gathered.gather(OneProcessComm(mine), mine[0])
+    assert [set(row) for row in rows] == [set(mine[0])] * 3
+    assert rows[2]["arrivals_s"] == mine[2]["arrivals_s"] and math.isnan(rows[1]["stopped_s"][0])
+    aligned = {"h": [0.0, 0.0, 0.0, 0.0, 0.0]}
+    entry = trials.encode(rows, [0, 1, 2], ["h"] * 3, aligned)
+    assert entry == trials.encode(mine, [0, 1, 2], ["h"] * 3, aligned) and entry["trials"] == 4
+    assert trials.decode(entry).arrivals[2][0] == pytest.approx(2e-4, abs=1e-6)

@@ -136,7 +136,8 @@ def drive(sched, window, seconds=0.01, clock=None):
         for position in positions if not last else ():
             if clock is not None:
                 clock.now += seconds
-            sched.measured(position, [[window(position, number), 10]], [[0]], seconds)
+            sched.measured(position, [{"mean_s": window(position, number), "trials": 10}],
+                           [[0]], seconds)
         assert number < 50, "the schedule does not end"
     return seen
 

@@ -9,7 +9,7 @@ import pytest
 from commbench import defaults
 from commbench.cli import benchmark_parser
 from commbench.errors import UsageError
-from commbench.settings import Settings
+from commbench.settings import RankSettings, Settings, command_line
 
 pytestmark = pytest.mark.fast
 
@@ -42,13 +42,54 @@ def test_settings_are_frozen_and_a_variant_is_a_new_one():
     assert Settings.of(one) is one
 
 
-def test_a_front_ends_namespace_keeps_its_settings_and_gets_defaults_for_the_rest():
-    doctor = argparse.Namespace(trials=7, timeout=12.5, backend="gloo", hosts=4, plan="screen")
-    settings = Settings.of(doctor)
+def test_a_namespace_a_script_builds_gets_defaults_for_the_rest():
+    """A script of the original's API may build its own Namespace: each missing field at its
+    default. Another front end's settings are refused, not read by their fields' names."""
+    settings = Settings.of(argparse.Namespace(trials=7, timeout=12.5, backend="gloo", hosts=4))
     assert (settings.trials, settings.timeout, settings.backend) == (7, 12.5, "gloo")
     assert (settings.op, settings.groups, settings.pin, settings.dtype) == \
         ("sum", None, False, defaults.DEFAULT_TYPE)
     assert not hasattr(settings, "hosts")
+    from commbench.doctor.flags import parse as doctor_parse
+    with pytest.raises(TypeError, match="DoctorSettings"):
+        Settings.of(doctor_parse([]))
+
+
+def test_the_op_scripts_rank_settings_are_theirs_field_by_field():
+    settings = Settings.of(parse("--pin", "--op", "max", "--groups", "intra", "--timeout", "9"))
+    ranks = settings.ranks()
+    assert (ranks.pin, ranks.op, ranks.groups, ranks.timeout, ranks.dist) == \
+        (True, "max", ("intra",), 9.0, settings.dist)
+    assert dict(ranks.command_line)["trials"] == settings.trials  # the digest: every flag
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ranks.pin = False
+    assert Settings().ranks() == RankSettings(command_line=command_line(Settings()))
+
+
+@pytest.mark.parametrize("front", ["doctor", "replay", "parallel_bench"])
+def test_a_front_ends_flag_named_like_a_setting_does_not_reach_the_ranks(front):
+    """A front end with flags of its own named `pin` and `op` (the op scripts' --pin and --op):
+    they reach its ranks' digest, never how its ranks start (comm.init_comm's RankSettings)."""
+    made, argv = _front(front)
+    namespace = made[1]().parse_args(argv)
+    alike = {"pin": True, "op": "max", "groups": ["intra"], "split": (2, "rows"), "dtype": "int8"}
+    given = argparse.Namespace(**{**alike, **vars(namespace)})  # parallel_bench's own --dtype
+    ranks = made[2](given)
+    assert (ranks.pin, ranks.op, ranks.groups, ranks.split) == (False, "sum", (), None)
+    assert ranks.dtype == ("float32" if front == "parallel_bench" else defaults.DEFAULT_TYPE)
+    assert ranks.timeout == namespace.timeout and ranks.device == namespace.device
+    assert ("pin", True) in ranks.command_line and ("op", "max") in ranks.command_line
+
+
+def _front(front):
+    """(settings class, parser, rank_settings) of a front end, and its smallest argv."""
+    from commbench.doctor import flags as doctor
+    from commbench.strategies import flags as bench
+    from commbench.trace import replay
+    return {"doctor": ((doctor.DoctorSettings, doctor.parser, doctor.rank_settings), []),
+            "replay": ((replay.ReplaySettings, replay.parser, replay.rank_settings), ["trace"]),
+            "parallel_bench": ((bench.BenchSettings, bench.parser, bench.rank_settings), [])
+            }[front]
 
 
 def test_op_flags_become_ops_in_the_registrys_order():
@@ -87,21 +128,16 @@ def test_checks_across_flags_are_one_usage_line(flags, words):
 def test_each_front_ends_settings_hold_every_flag_of_its_parser(front):
     """doctor.py's, replay.py's and parallel_bench.py's command lines become typed, frozen
     settings: one field a flag (the doctor's topology read at parse time besides)."""
-    from commbench.doctor.flags import DoctorSettings, parse, parser as doctor_parser
+    from commbench.doctor.flags import parse
     from commbench.settings import frozen
-    from commbench.strategies.flags import BenchSettings, parser as bench_parser
-    from commbench.trace.replay import ReplaySettings, parser as replay_parser
-    cls, made, extra = {
-        "doctor": (DoctorSettings, doctor_parser, {"topology_of"}),
-        "replay": (ReplaySettings, replay_parser, set()),
-        "parallel_bench": (BenchSettings, bench_parser, set())}[front]
-    argv = ["trace-dir"] if front == "replay" else []
+    (cls, made, rank_settings), argv = _front(front)
+    extra = {"topology_of"} if front == "doctor" else set()
     dests = set(vars(made().parse_args(argv)))
     assert {f.name for f in dataclasses.fields(cls)} == dests | extra
     settings = parse([]) if front == "doctor" else frozen(cls, made().parse_args(argv))
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.timeout = 1
-    assert Settings.of(settings).timeout == settings.timeout  # what the start-up reads of it
+    assert rank_settings(settings).timeout == settings.timeout  # what the start-up reads of it
 
 
 def test_the_layer_falls_back_to_torch_where_deepspeed_is_not_installed(monkeypatch, capsys):

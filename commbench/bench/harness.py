@@ -28,8 +28,8 @@ def init_processes(local_rank, args, ops=None):
     """The Comm of this run (comm.init_comm), with rank 0's results file open when its --output
     asks for one (only rank 0's counts: a multi-node launch may name it on one line alone).
     `ops` names the ops this run will measure, for the results file."""
-    comm = init_comm(local_rank, args)
-    args = Settings.of(args)
+    given, args = args, Settings.of(args)
+    comm = init_comm(local_rank, args.ranks(given))
     comm.run.results = open_results(args, comm, lambda: run_meta(args, comm, ops or []))
     comm.run.whereabouts = whereabouts.start(comm)
     comm.run.budget = precision.Budget(args.time_budget, ops or []) \
@@ -40,9 +40,8 @@ def init_processes(local_rank, args, ops=None):
 def open_results(args, comm, make_meta):
     """Rank 0 opens its outputs (--output's results file, --db's run, --prometheus; see
     commbench.records.outputs), the meta record make_meta() first, before anything is measured;
-    every rank learns whether that worked, so that none goes on to measure alone. Rank 0's writer,
-    or None."""
-    args = Settings.of(args)
+    every rank learns whether that worked, so that none goes on to measure alone. Rank 0's
+    writer, or None. `args`: the front end's settings (outputs.py reads their output flags)."""
     writer, failure = None, None
     if comm.global_rank == 0:
         from ..records import outputs  # only runs that write one pay for it

@@ -56,7 +56,7 @@ def timed_collective(collective, input, output, args, comm, meter=None, earlier=
         mine.update(windows_s=[w.mean for w in windows],
                     window_trials=[w.count for w in windows])
     everyone = gathered.gather(comm, mine)
-    trial_figures = comm.gather_figures(per_trial.figures(timing)) \
+    trial_figures = gathered.gather(comm, per_trial.figures(timing)) \
         if timing.arrivals is not None else None  # --per-trial or --stats
     # (--precision: many windows, where an outlier is expected now and then and the interval
     # already carries it)
@@ -224,15 +224,15 @@ def time_window(collective, input, output, args, comm, index, warmup=False):
     """One window of a size in a pass before the last (--repeat, --precision): timed, and its
     figure written to the results file at once (a record with "window": index, one per group
     under --groups), so that a run that dies keeps it. (This rank's Timing, every rank's
-    [mean, trials].)"""
+    {"mean_s", "trials"}.)"""
     timing = time_op(collective.bind(comm, input, output, args.async_op), args, comm)
-    everyone = comm.gather_figures([timing.mean, timing.count])
+    everyone = gathered.gather(comm, {"mean_s": timing.mean, "trials": timing.count})
     kind, groups, _ = comm.group_layout
     target = args.precision
     for number, ranks in enumerate(groups):
-        mean, count = everyone[ranks[0]]
-        record = {**_size_record(collective, input, comm, mean), "window": index,
-                  "trials": int(count)}
+        first = everyone[ranks[0]]
+        record = {**_size_record(collective, input, comm, first["mean_s"]), "window": index,
+                  "trials": int(first["trials"])}
         if target is None:
             record["repeat"] = args.repeat
         else:

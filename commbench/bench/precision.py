@@ -104,14 +104,14 @@ class Schedule:
         yield self.number, list(range(self.count)), True
 
     def measured(self, position, everyone, groups, seconds):
-        """A window of `position`: every rank's [mean, trials] (gather_figures), the layout's
+        """A window of `position`: every rank's {"mean_s", "trials"} (gathered), the layout's
         groups (global ranks), rank 0's wall seconds for it. Pass 0's is the warm-up."""
         self.cost[position] = seconds
         if self.number == 0:
             return
         for index, ranks in enumerate(groups):
-            self.means[position][index].append(everyone[ranks[0]][0])
-        self.trials[position].append(int(everyone[groups[0][0]][1]))
+            self.means[position][index].append(everyone[ranks[0]]["mean_s"])
+        self.trials[position].append(int(everyone[groups[0][0]]["trials"]))
 
     def _settled(self, position):
         counts = self.trials[position]

@@ -43,29 +43,31 @@ def _unpack(text, count):
 
 
 def figures(timing):
-    """What this rank gathers for its record: [start on its clock, trials..., arrivals...
-    (after the start), times in the call..., times not run... (NaN: not measured)]."""
+    """What this rank gathers for its record, by name (gathered.py): its start on its clock, and
+    a figure a trial of each: its time, its arrival (after the start), its time in the call, its
+    time not run (NaN: not measured)."""
     stopped = timing.stopped if getattr(timing, "stopped", None) is not None else \
         [math.nan] * len(timing.trials)
-    return [timing.start] + list(timing.trials) + list(timing.arrivals) + \
-        list(timing.in_call) + list(stopped)
+    return {"start_s": timing.start, "trials_s": list(timing.trials),
+            "arrivals_s": list(timing.arrivals), "in_call_s": list(timing.in_call),
+            "stopped_s": list(stopped)}
 
 
 def encode(per_rank, ranks, hostnames, aligned):
     """The record's "per_trial" from each rank's figures() (in the order of `ranks`, global
     ranks), the world's host names and rank 0's clock alignment (Timing.clocks)."""
-    count = (len(per_rank[0]) - 1) // 4
-    durations = [f[1:1 + count] for f in per_rank]
-    in_call = [f[1 + 2 * count:1 + 3 * count] for f in per_rank]
-    stopped = [f[1 + 3 * count:] for f in per_rank]
+    count = len(per_rank[0]["trials_s"])
+    durations = [f["trials_s"] for f in per_rank]
+    in_call = [f["in_call_s"] for f in per_rank]
+    stopped = [f["stopped_s"] for f in per_rank]
     measured = not any(math.isnan(v) for row in stopped for v in row)
     hosts = [hostnames[r] for r in ranks]
 
     def on_ours(rank_index, t):  # a reading of that rank's clock, on rank 0's
         return t - clocks.offset_at(aligned[hosts[rank_index]], t)
-    starts = [on_ours(k, f[0]) for k, f in enumerate(per_rank)]
+    starts = [on_ours(k, f["start_s"]) for k, f in enumerate(per_rank)]
     origin = min(starts)
-    calls = [[on_ours(k, f[0] + a) - origin for a in f[1 + count:1 + 2 * count]]
+    calls = [[on_ours(k, f["start_s"] + a) - origin for a in f["arrivals_s"]]
              for k, f in enumerate(per_rank)]
     first = [min(c[i] for c in calls) for i in range(count)]
     bounds = {host: aligned[host][4] for host in dict.fromkeys(hosts)}

@@ -1,21 +1,24 @@
 """doctor.py's command line: its flags, their checks, and its typed, frozen settings
-(`DoctorSettings`; a bad --topology file is refused here, before any rank measures). The
-suite's start-up reads the op scripts' settings it needs of them (settings.Settings.of: the
-layer, backend, device, --timeout; the others at their defaults)."""
+(`DoctorSettings`; a bad --topology file is refused here, before any rank measures), and what
+starts its ranks (`rank_settings`: the layer, backend, device and --timeout; the suite's
+start-up's other settings at their defaults)."""
 
 import argparse
 from dataclasses import dataclass
 
 from .. import defaults
 from ..records import results
-from ..cli import add_rank_flags, add_store_flags, settle_layer
+from ..cli import add_rank_flags, add_store_flags, add_timeout_flag, settle_layer
 from ..errors import UsageError
 from ..flags import UsageParser, prog
-from ..numbers import byte_count, float_in, int_at_least
-from ..settings import frozen
+from ..numbers import byte_count, int_at_least
+from ..settings import RankSettings, command_line, frozen
 from . import plan, topology
 
 DEFAULT_MIN_FRACTION = 0.5
+# shorter than the suite's (defaults.DEFAULT_TIMEOUT): a host that does not answer within it is
+# named unreachable, and the check goes on without it
+DEFAULT_TIMEOUT = 120
 
 
 def _fraction(text):
@@ -65,11 +68,10 @@ def parser():
                         "name the group that slows the fleet")
     _measuring_flags(p)
     p.add_argument("--bw-unit", choices=defaults.BW_UNITS, default=defaults.DEFAULT_UNIT)
-    p.add_argument("--timeout", type=float_in(0, 1e6, "a positive number of seconds"),
-                   default=120, metavar="SECONDS",
-                   help="seconds a rank waits for a peer that hangs; a host that does not "
-                        "answer within it is named unreachable (one whose rank died: as soon as "
-                        "its heartbeat stands still, 10 s; default %(default)s)")
+    add_timeout_flag(p, DEFAULT_TIMEOUT, metavar="SECONDS",
+                     help="seconds a rank waits for a peer that hangs; a host that does not "
+                          "answer within it is named unreachable (one whose rank died: as soon "
+                          "as its heartbeat stands still, 10 s; default %(default)s)")
     p.add_argument("--output", metavar="PATH",
                    help="write a meta record, a record per measurement and the verdict to PATH "
                         "(.jsonl or .json)")
@@ -154,3 +156,9 @@ def parse(argv=None):
             raise UsageError("--output: doctor.py writes .jsonl or .json (its records are not a "
                              "table of sizes)")
     return frozen(DoctorSettings, args, topology_of=switches)
+
+
+def rank_settings(args):
+    """What starts doctor.py's ranks (comm.init_comm)."""
+    return RankSettings(dist=args.dist, backend=args.backend, device=args.device,
+                        timeout=args.timeout, command_line=command_line(args))

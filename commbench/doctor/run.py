@@ -18,7 +18,7 @@ from ..bench.harness import open_results
 from ..table import emit, note, output_failure
 from . import fleet, plan, render, verdict, whole
 from .check import Check
-from .flags import parse
+from .flags import parse, rank_settings
 
 
 def screen_rounds(check, planner):
@@ -60,7 +60,7 @@ def meta(args, comm, check):
 def main(local_rank, args):
     """The check; returns the exit status (0 healthy, 1 anything suspect or unreachable)."""
     started = time.monotonic()
-    comm = init_comm(local_rank, args)
+    comm = init_comm(local_rank, rank_settings(args))
     check = Check(comm, args)
     check.writer = open_results(args, comm, lambda: meta(args, comm, check))
     screen = check.plan == "screen"

@@ -30,7 +30,7 @@ from .layer import (import_deepspeed, init_error, pin, resolve_device_and_backen
 from ..opfacts import REDUCE_OPS
 from ..progress import SlowStep
 from .peers import argument_digest, differing_arguments, exchange
-from ..settings import Settings
+from ..settings import RankSettings
 from .startup import say_startup
 from ..table import note
 
@@ -175,16 +175,17 @@ def _torch_one_tensor_api(world_size):
             gather is not None)
 
 
-def init_comm(local_rank, args):
+def init_comm(local_rank, args: RankSettings):
     """Initialise the process group the way `args.dist` says and return the Comm.
 
     Reuses an already initialised process group (run_all and tests call the ops in turn).
     Its steps: the layer and backend chosen and checked, the group started (rendezvous, under
     a deadline, after DeepSpeed's builds), the ranks' handshake, the layer's collectives, the
-    start-up's note. `args`: the command line, whole in the ranks' digest (a Namespace of any
-    front end's flags, or Settings); the start-up reads its Settings.
+    start-up's note. `args`: what starts the ranks, as the front end built it (settings.py's
+    RankSettings: its command line, whole, in the ranks' digest).
     """
-    given, args = args, Settings.of(args)
+    if not isinstance(args, RankSettings):
+        raise TypeError(f"init_comm takes RankSettings, not {type(args).__name__}")
     launch = discover_launch_env(local_rank_arg=local_rank)
     ds, ds_dist, ds_accelerator, device_type, backend = _choose_layer(args)
     starting = not torch.distributed.is_initialized()
@@ -205,7 +206,8 @@ def init_comm(local_rank, args):
                   "starting oneCCL (it starts at the first collective; a first start on a host "
                   "reads its libraries and opens its transport, up to a minute)",
                   "oneCCL started in {:.1f} s"):
-        peers = _handshake(given, args.timeout, backend, starting, rank, world_size, device)
+        peers = _handshake(args.command_line, args.timeout, backend, starting, rank, world_size,
+                           device)
     first_collective = time.monotonic() - begun
     if starting and ds is not None:
         shm.unlink_deepspeed_buffer(rank)
@@ -214,8 +216,8 @@ def init_comm(local_rank, args):
     hostnames = [host for host, _ in peers]
     differing = [r for r, (_, digest) in enumerate(peers) if digest != peers[0][1]]
     if differing:
-        raise differing_arguments(given, differing[0], _torch_one_tensor_api(world_size)[0],
-                                  world_size, device)
+        raise differing_arguments(args.command_line, differing[0],
+                                  _torch_one_tensor_api(world_size)[0], world_size, device)
     dist_module, gather, scatter, one_tensor = _collectives(ds_dist, world_size)
     comm = Comm(dist=dist_module, name=args.dist, backend=backend, device=device, rank=rank,
                 local_rank=launch.local_rank, world_size=world_size,

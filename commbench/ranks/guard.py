@@ -12,7 +12,7 @@ import time
 
 import torch.distributed
 
-from . import shm
+from . import gathered, shm
 from ..errors import PROG, BenchmarkError, OutputClosed
 from .launch import discover_launch_env
 from ..table import emit
@@ -163,7 +163,7 @@ def agree_to_go_on(comm):
     had failed."""
     stop = comm.run.stop
     mine = 0 if stop is None else 1 if isinstance(stop, OutputClosed) else 2
-    codes = [int(figures[0]) for figures in comm.gather_figures([mine])]
+    codes = [int(row["stop"]) for row in gathered.gather(comm, {"stop": mine})]
     if not any(codes):
         return
     failed = [rank for rank, code in enumerate(codes) if code == 2]  # an error beats a quiet stop

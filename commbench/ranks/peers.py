@@ -32,24 +32,26 @@ def exchange(parts, all_gather, world_size, device, size=_EXCHANGE_BYTES):
 OWN = ("local_rank", "output", "overwrite")
 
 
-def _shared_arguments(args):
-    return sorted((k, v) for k, v in vars(args).items() if k not in OWN)
+def _shared_arguments(command_line):
+    """The flags that must agree, of a command line's sorted (flag, value) pairs
+    (settings.command_line)."""
+    return [(k, v) for k, v in command_line if k not in OWN]
 
 
-def argument_digest(args):
+def argument_digest(command_line):
     """A digest of everything that shapes the measurement: ranks that disagree on a size or a
     loop count would wait for each other forever, so they are refused at start-up."""
-    return hashlib.sha256(repr(_shared_arguments(args)).encode()).hexdigest()
+    return hashlib.sha256(repr(_shared_arguments(command_line)).encode()).hexdigest()
 
 
 def _flag(name):
     return f"--{name.replace('_', '-')}"
 
 
-def differing_arguments(args, other, all_gather, world_size, device):
+def differing_arguments(command_line, other, all_gather, world_size, device):
     """The one line for ranks started with different arguments, naming the first flag in which
     rank `other` differs from rank 0 and both values (every rank calls this: one exchange)."""
-    lines = [f"{k}={v!r}" for k, v in _shared_arguments(args)]
+    lines = [f"{k}={v!r}" for k, v in _shared_arguments(command_line)]
     everyone = exchange(lines, all_gather, world_size, device, size=16384)
 
     def values(rank):

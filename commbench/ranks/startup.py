@@ -7,16 +7,18 @@ import os
 import torch
 import torch.distributed
 
-from . import ccl as oneccl
+from . import ccl as oneccl, gathered
 from ..table import note
 
 
 def say_startup(comm, args, launch, figures, pinned):
     """The start-up's line (layer, backend, ranks, hosts, launcher, pinning, oneCCL, times); its
     figures, for comm.startup."""
-    everyone = comm.gather_figures(figures)
-    startup = {"process_group_s": [f[0] for f in everyone],
-               "first_collective_s": [f[1] for f in everyone]}
+    up, first_collective = figures
+    everyone = gathered.gather(comm, {"process_group_s": up,
+                                      "first_collective_s": first_collective})
+    startup = {name: [row[name] for row in everyone]
+               for name in ("process_group_s", "first_collective_s")}
     layer = "torch.distributed" if comm.dist is torch.distributed else "deepspeed.comm"
     ccl, hosts, world_size = comm.ccl, comm.hostnames, comm.world_size
     note(comm, f"{args.dist} ({layer}), backend {torch.distributed.get_backend()}, device "

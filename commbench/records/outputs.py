@@ -7,23 +7,26 @@ warning line and the run goes on (the file is still written); a database that re
 (a newer schema, a file that is no database) stops it before anything is measured, as an
 unwritable results file does. A database write that fails later is a warning and the run goes on
 without it.
+
+What these read of a front end's settings is the same five flags every front end has, by their
+attributes (output, overwrite, db, tag, prometheus): the op scripts' Settings, doctor.py's,
+replay.py's and parallel_bench.py's own, none of them converted into another's.
 """
 
 import os
 import sys
+from dataclasses import replace
 
 from ..errors import PROG, BenchmarkError
 from .db import ENVIRONMENT
-from ..settings import Settings
 
 
 def database(args):
     """--db, else COMMBENCH_DB, else None."""
-    return Settings.of(args).db or os.environ.get(ENVIRONMENT) or None
+    return args.db or os.environ.get(ENVIRONMENT) or None
 
 
 def wanted(args):
-    args = Settings.of(args)
     return bool(args.output or database(args) or args.prometheus)
 
 
@@ -93,7 +96,6 @@ class Outputs:
 def open_outputs(args, make_meta, note):
     """Rank 0's Outputs for this run (None when it writes nothing); raises BenchmarkError when
     the run must not start (the results file cannot be written, the database refuses it)."""
-    args = Settings.of(args)
     if not wanted(args):
         return None
     from . import results
@@ -162,10 +164,10 @@ def beside(own, args, comm, make_meta):
     """`own` (rank 0's writer of a command with its own results file, or None) with --db and
     --prometheus beside it when asked: rank 0 opens them, every rank learns whether it could
     (a database that refuses the run stops it before anything is measured)."""
-    args, extras, failure = Settings.of(args), None, None
+    extras, failure = None, None
     if comm.global_rank == 0 and (database(args) or args.prometheus):
         try:  # the file is `own`
-            extras = open_outputs(args.but(output=None), make_meta, lambda text: None)
+            extras = open_outputs(replace(args, output=None), make_meta, lambda text: None)
         except BenchmarkError as error:
             failure = str(error)
     if comm.any_rank(failure is not None):

@@ -33,7 +33,7 @@ from ..table import note
 from ..trace.capture import Tracer
 from . import dsconfig, sweep
 from ..trace.accounting import OPS, Recorder
-from .flags import BenchSettings, check_backend, check_shape, comm_args, parser
+from .flags import BenchSettings, check_backend, check_shape, parser, rank_settings
 from .memory import PeakMemory, release_memory, settle_malloc
 from .model import ModelConfig
 from .output import open_output, report, report_sweep
@@ -333,8 +333,8 @@ def run_all(args):
     user = user_config(args)  # the Namespace settled from --ds-config, then frozen
     args = frozen(BenchSettings, args)
     malloc = settle_malloc(args)
-    check_backend(args, args.backend)  # ccl only when asked for (comm_args): before it starts
-    comm = init_comm(args.local_rank, comm_args(args))
+    check_backend(args, args.backend)  # ccl only when asked for (rank_settings): before it starts
+    comm = init_comm(args.local_rank, rank_settings(args))
     check_shape(args, comm.world_size)
     config = ModelConfig(args.hidden, args.layers, args.heads, args.vocab, args.seq)
     run = Run(args, comm, config, getattr(torch, args.dtype), malloc=malloc, user=user)

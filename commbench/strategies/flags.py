@@ -7,15 +7,15 @@ from dataclasses import dataclass
 
 import torch
 
-from ..cli import add_store_flags
+from ..cli import add_local_rank_flag, add_store_flags, add_timeout_flag
 from ..errors import UsageError
 from ..flags import UsageParser, prog
-from ..numbers import float_in, int_at_least
+from ..numbers import int_at_least
+from ..settings import RankSettings, command_line
 from .train import ORDER, STRATEGIES
 
 _positive = int_at_least(1)
 _at_least_zero = int_at_least(0, exponent=True)
-_seconds = float_in(0, 1e6, "a positive number of seconds")
 
 
 def strategy_list(text):
@@ -37,8 +37,7 @@ def parser():
     p = UsageParser(prog=prog("parallel_bench.py"),
                 description="Train a small decoder-only transformer with each parallel strategy "
                             "and measure step time, memory and the communication of a step.")
-    p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
-                   help="set by launchers; default: from the launcher's environment")
+    add_local_rank_flag(p)
     p.add_argument("--strategy", type=strategy_list, default=None,
                    help="ddp, zero1, zero2, zero3, tp, pp, a comma list, or all (default; with "
                         "--ds-config: the stage the file names)")
@@ -91,8 +90,7 @@ def parser():
     p.add_argument("--backend", default=None,
                    help="default: nccl on cuda, gloo on cpu (also where oneCCL's bindings are "
                         "installed); ccl: --strategy ddp, tp and pp")
-    p.add_argument("--timeout", type=_seconds, default=300,
-                   help="seconds a rank waits for its peers (default %(default)s)")
+    add_timeout_flag(p)
     return p
 
 
@@ -128,13 +126,16 @@ class BenchSettings:
     timeout: float
 
 
-def comm_args(args):
-    """The command line init_comm starts from: torch.distributed, this run's device, backend,
-    dtype (the op scripts' other settings at their defaults). On CPU the backend is gloo unless
-    asked (not the op scripts' detection of ccl): see check_backend."""
+def rank_settings(args):
+    """What starts parallel_bench.py's ranks (comm.init_comm): torch.distributed, this run's
+    device, backend and dtype (the suite's start-up's other settings at their defaults). On CPU
+    the backend is gloo unless asked (not the op scripts' detection of ccl): see
+    check_backend."""
     on_cpu = args.device == "cpu" or (args.device is None and not torch.cuda.is_available())
     backend = args.backend or ("gloo" if on_cpu else None)
-    return argparse.Namespace(**{**vars(args), "backend": backend}, dist="torch")
+    given = argparse.Namespace(**{**vars(args), "backend": backend}, dist="torch")
+    return RankSettings(dist="torch", backend=backend, device=args.device, timeout=args.timeout,
+                        dtype=args.dtype, command_line=command_line(given))
 
 
 def check_backend(args, backend):

@@ -16,16 +16,16 @@ from ..ranks import clocks, gathered, whereabouts
 from .. import defaults, units
 from ..records import provenance
 from ..bench import trials as encoding
-from ..cli import add_store_flags
+from ..cli import add_local_rank_flag, add_store_flags, add_timeout_flag
 from ..ranks.comm import init_comm
 from ..errors import BenchmarkError
 from ..flags import UsageParser, prog
 from ..ranks.guard import agree_to_go_on, stall_deadline
 from ..ranks.launch import discover_launch_env
 from ..bench.memory import per_rank_memory
-from ..numbers import float_in, int_at_least
+from ..numbers import int_at_least
 from ..records.results import FORMATS, open_lines, written_elsewhere
-from ..settings import frozen
+from ..settings import RankSettings, command_line, frozen
 from ..table import emit, note, output_failure, print_rank_0
 from . import agree, summary
 from .engine import Replayer, bytes_in_flight
@@ -56,6 +56,12 @@ class ReplaySettings:
     prometheus: str | None
 
 
+def rank_settings(args):
+    """What starts replay.py's ranks (comm.init_comm): its layer, backend, device, --timeout."""
+    return RankSettings(dist=args.dist, backend=args.backend, device=args.device,
+                        timeout=args.timeout, command_line=command_line(args))
+
+
 def parser():
     p = UsageParser(prog=prog("replay.py"),
                 description="Replay a recorded job's communication: the same collectives, "
@@ -64,8 +70,7 @@ def parser():
                    help="one file per rank, the rank the last number in its name (the suite's "
                         "own traces, PyTorch execution traces, PARAM basic comms traces, "
                         "DeepSpeed comms logger summaries)")
-    p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
-                   help="set by launchers; default: from the launcher's environment")
+    add_local_rank_flag(p)
     p.add_argument("--dist", choices=defaults.DISTS, default="torch",
                    help="issue the calls through torch.distributed (default) or deepspeed.comm")
     p.add_argument("--backend", default=None,
@@ -93,8 +98,7 @@ def parser():
     p.add_argument("--overwrite", action="store_true",
                    help="replace --output if it exists (default: write FILE.jsonl.1, ...)")
     add_store_flags(p)
-    p.add_argument("--timeout", type=float_in(0, 1e6, "a positive number of seconds"),
-                   default=300, help="seconds a rank waits for its peers (default %(default)s)")
+    add_timeout_flag(p)
     return p
 
 
@@ -228,10 +232,12 @@ def gather_passes(comm, passes, came, aligned):
     opening barrier's entry: its call) and its time from there to the pass's end, on rank 0's
     clock (`aligned`: clocks.alignment of the readings before and after the passes)."""
     start = came[0][0]
-    mine = [start] + list(passes) + [entered - start for entered, _ in came] + \
-        [began - entered + seconds for (entered, began), seconds in zip(came, passes)] + \
-        [math.nan] * len(passes)  # the time not run: not measured in a replay
-    rows = comm.gather_figures(mine)
+    mine = {"start_s": start, "trials_s": list(passes),
+            "arrivals_s": [entered - start for entered, _ in came],
+            "in_call_s": [began - entered + seconds
+                          for (entered, began), seconds in zip(came, passes)],
+            "stopped_s": [math.nan] * len(passes)}  # the time not run: not measured in a replay
+    rows = gathered.gather(comm, mine)
     if comm.global_rank != 0:  # rank 0 alone holds the clocks' alignment, and writes
         return None
     return encoding.encode(rows, list(range(len(rows))), comm.hostnames, aligned)
@@ -244,7 +250,7 @@ def run(args):
                             category=FutureWarning)
     trace = load(args)
     check_world(trace, args)
-    comm = init_comm(args.local_rank, args)
+    comm = init_comm(args.local_rank, rank_settings(args))
     rank = comm.global_rank
     check_memory(comm, trace)
     for line in describe(trace):
