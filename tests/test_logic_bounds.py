@@ -152,6 +152,9 @@ class RecordedNvml:
     def __init__(self, name):
         self.gpus = [json.loads((DATA / "nvml" / f"{name}.json").read_text())] if name else []
 
+    def nvmlDeviceGetCount(self):
+        return len(self.gpus)
+
     def nvmlDeviceGetHandleByIndex(self, index):
         if index >= len(self.gpus):
             raise self.NVMLError("Invalid Argument")
@@ -190,6 +193,13 @@ def test_nvml_nvlink_else_pcie(gpu, line):
 def test_no_gpu_or_no_pynvml_no_bound():
     assert bounds.gpu_bound(RecordedNvml(None), 0) is None
     assert bounds.gpu_bound(None, 0) is None
+
+
+def test_gpu_checks_lines():
+    from commbench.bounds import nvml
+    assert nvml.describe(RecordedNvml("h100-sxm")) == ["GPU 0: bound: NVLink x18 450 GB/s (nvml)"]
+    assert nvml.describe(RecordedNvml(None)) == []
+    assert nvml.describe(None)[0].startswith("bound: unknown (no pynvml")
 
 
 def test_the_copy_cache_keeps_each_host_and_refreshes(tmp_path):

@@ -1,6 +1,7 @@
 """Within a host on CPUs: a measured memory copy. Every rank of a host copies at once, with its
-own threads and placement (its affinity, torch's intra-op threads), a buffer of each of the op's
-sizes into another; the bound at a size is a rank's copy pace there (bytes copied a second,
+own threads and placement (its affinity, torch's intra-op threads), a buffer of each power of
+two from 8 B to 64 MiB into another (the op's sizes: a row takes the power of two at or below
+its own); the bound at a size is a rank's copy pace there (bytes copied a second,
 the mean over the ranks). The figures are cached by host, CPU model, ranks on the host, threads
 a rank and pinning, in the suite's cache folder (`caches.cache_dir`), and measured again only
 for sizes not yet there, or with --peak-refresh. This module times a copy it is handed and keeps
@@ -16,9 +17,11 @@ from .. import caches
 from .bound import Bound
 
 CACHE_FILE = "memory-copy.json"
-# A copy larger than this is timed at this size: past the caches a copy's pace is flat, and a
-# single-size run's buffer (most of a rank's memory) has no room for a second one.
-LARGEST_COPY = 256 << 20
+# The sizes copied: each power of two from SMALLEST_COPY to LARGEST_COPY (a row is held against
+# the copy at the power of two at or below its size). Past the caches a copy's pace is flat, and
+# a single-size run's buffer (most of a rank's memory) has no room for a second one.
+SMALLEST_COPY = 8
+LARGEST_COPY = 64 << 20
 # Each size: this many untimed copies, then copies until both figures below are passed.
 WARMUP_COPIES = 2
 MIN_COPIES = 5
@@ -63,7 +66,16 @@ class Host:
 
 
 def copy_size(nbytes):
-    return max(1, min(nbytes, LARGEST_COPY))
+    """The copy a row of `nbytes` a rank is held against: the power of two at or below it,
+    within SMALLEST_COPY .. LARGEST_COPY."""
+    nbytes = max(SMALLEST_COPY, min(int(nbytes), LARGEST_COPY))
+    return 1 << (nbytes.bit_length() - 1)
+
+
+def ladder():
+    """Every size copied, smallest first."""
+    return [1 << power for power in range(SMALLEST_COPY.bit_length() - 1,
+                                          LARGEST_COPY.bit_length())]
 
 
 def pace(copy, nbytes, clock=time.perf_counter):
@@ -119,9 +131,10 @@ def store(host, rates, folder=None):
         pass  # a read-only venv: measured again next time
 
 
-def missing(host, sizes, refresh=False, folder=None):
-    """The copy sizes of `sizes` the cache does not hold (all of them with `refresh`)."""
-    wanted = sorted({copy_size(size) for size in sizes})
+def missing(host, sizes=None, refresh=False, folder=None):
+    """The copy sizes of `sizes` (default: the whole ladder) the cache does not hold (all of them
+    with `refresh`)."""
+    wanted = sorted({copy_size(size) for size in sizes}) if sizes is not None else ladder()
     if refresh:
         return wanted
     have = cached(host, folder)

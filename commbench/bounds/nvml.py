@@ -87,3 +87,19 @@ def gpu_bound(pynvml, index):
     except pynvml.NVMLError:
         return None
     return nvlink_bound(pynvml, handle) or pcie_bound(pynvml, handle)
+
+
+def describe(pynvml):
+    """scripts/gpu-check.sh's lines: each GPU's bound, or why there is none."""
+    if pynvml is None:
+        return ["bound: unknown (no pynvml, or NVML finds no driver: pip install nvidia-ml-py)"]
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+    except pynvml.NVMLError as error:
+        return [f"bound: unknown (NVML: {error})"]
+    lines = []
+    for index in range(count):
+        bound = gpu_bound(pynvml, index)
+        lines.append(f"GPU {index}: " + (bound.line() if bound is not None else
+                                         "bound: unknown (NVML names no NVLink or PCIe link)"))
+    return lines

@@ -56,7 +56,7 @@ class PeakSpec:
         """The bound --peak gives a row of `op` at `nbytes` per rank; None in auto mode (the
         detected bound holds) and for a row no FILE line covers."""
         if self.mode == "rate":
-            return Bound("given", "--peak", self.gbps, "--peak")
+            return Bound("given", "given", self.gbps, "--peak")
         if self.mode == "file":
             for band in self.bands:
                 if band.covers(op, nbytes):
