@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 NPROC ?= 2
-BENCH_ARGS ?= --scan --device cpu
+BENCH_ARGS ?= --scan --device cpu --peak auto
 
 # DeepSpeed JIT-builds its CPU shared-memory op on first use; keep the build in the venv
 # so that it happens once per venv, not once per run.
@@ -25,7 +25,9 @@ $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml
 	$(BIN)/pip install --quiet -c constraints.txt -r requirements.txt
 	touch $@
 
-# The table on stdout, the results in results/bench.jsonl (and, run after run, in the results
+# The table on stdout, each row's BusBW held against its bound in a column % of peak (--peak auto:
+# on one host of CPUs a memory copy, timed once per host and cached; docs/peak.md), the results in
+# results/bench.jsonl (and, run after run, in the results
 # database results/commbench.db: report.py history --db results/commbench.db) and their curves in
 # results/curves.png.
 # BACKEND: ccl (oneCCL, installed by `make ccl` first: what DeepSpeed itself runs on CPU once its

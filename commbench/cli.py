@@ -11,6 +11,7 @@ import sys
 import torch
 
 from . import defaults
+from .bounds import parse_peak
 from .ranks import groups as grouping
 from .bench import precision
 from .dtypes import dtype_list
@@ -197,6 +198,14 @@ def _size_flags(parser):
                         help="sweep message sizes instead of one large message")
     parser.add_argument("--raw", action="store_true",
                         help="print sizes in bytes and durations in microseconds, without units")
+    parser.add_argument("--peak", type=parse_peak, default=None, metavar="auto|RATE|FILE",
+                        help="hold each row's BusBW against a bound, in a column %% of peak: "
+                             "auto (the link between hosts, NVLink/PCIe on GPUs, a memory copy "
+                             "timed once per host on CPUs), a RATE (100gbit, 12.5GB/s) or a "
+                             "FILE of expected figures per op and size (docs/peak.md)")
+    parser.add_argument("--peak-refresh", action="store_true",
+                        help="--peak auto: time the memory copy again instead of reading the "
+                             "cache")
 
 
 def _op_flags(parser):

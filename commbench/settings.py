@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from . import defaults
+from .bounds.spec import PeakSpec
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,9 @@ class Settings:
     # the table
     bw_unit: str = defaults.DEFAULT_UNIT
     raw: bool = False
+    # --peak: what the rows' busbw is held against (docs/peak.md); None: no `% of peak` column
+    peak: PeakSpec | None = None
+    peak_refresh: bool = False
     debug: bool = False
     # checks and statistics
     check: bool = False
@@ -186,6 +190,8 @@ def settle(args, refuse):
         args.groups = (args.groups or []) + ["split"]
     if args.a2a_matrix and args.a2a_skew:
         refuse("--a2a-matrix and --a2a-skew both set all_to_allv's splits: give one")
+    if args.peak_refresh and (args.peak is None or args.peak.mode != "auto"):
+        refuse("--peak-refresh times --peak auto's memory copy again; give --peak auto too")
     if args.compute_cpus and not args.overlap:
         refuse("--compute-cpus places --overlap's windows; give --overlap too")
     _settle_dtypes(args, refuse, in_bytes)

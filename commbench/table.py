@@ -82,12 +82,14 @@ def get_metric_strings(args, tput, busbw, duration):
 
 
 def extra_columns(args):
-    """(title, width) of the columns after BusBW: the op's own, --time-budget's trial count,
-    --repeat's interval (--precision's, and its window count), --stats figures, --overlap's, then
-    --check's Wrong."""
+    """(title, width) of the columns after BusBW: --peak's, the op's own, --time-budget's trial
+    count, --repeat's interval (--precision's, and its window count), --stats figures,
+    --overlap's, then --check's Wrong."""
     unit = " (us)" if args.raw else ""
     adaptive = args.precision is not None
-    columns = list(args.op_columns)  # the op's own (pt2pt's pairs: Msgs/s)
+    # --peak: BusBW's share of the bound (docs/peak.md); --raw: as a fraction
+    columns = [("Of peak" if args.raw else "% of peak", 10)] if args.peak is not None else []
+    columns += list(args.op_columns)  # the op's own (pt2pt's pairs: Msgs/s)
     if args.time_budget and not adaptive:
         columns.append(("Trials", 10))
     if args.repeat > 1 or adaptive:

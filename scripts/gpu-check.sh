@@ -6,7 +6,8 @@
 #   scripts/gpu-check.sh --device cpu    # the same cases on CPU ranks (gloo, even where oneCCL's
 #                                        # bindings are installed): checks this script
 #
-# Cases, each under --dist torch and --dist deepspeed: every op scanned with --check --stats,
+# First the GPU, its memory, torch and NCCL, and the bound of each GPU from NVML (NVLink, else
+# PCIe: docs/peak.md). Cases, each under --dist torch and --dist deepspeed: every op scanned with --check --stats,
 # a single-size run, --async-op, and all ten ops with --op, two dtypes, --repeat and --overlap; each ends in one summary line, "ok" with what it saw or
 # "FAILED" with why. Exit status: 0 all ok, 1 a case failed, 2 no GPU here (nothing checked).
 #
@@ -60,6 +61,15 @@ fi
 for module in numpy tqdm; do  # all_gather_object needs numpy; tqdm draws progress
     "$PY" -c "import $module" 2>/dev/null || "$PY" -m pip install -q "$module" >/dev/null 2>&1
 done
+
+# The bound of each GPU within the host (docs/peak.md): its NVLinks (active links x the rate of
+# their generation), else its PCIe link (generation x width), from NVML through pynvml
+# (nvidia-ml-py, installed when missing and reachable); what --peak auto holds a run against.
+if [ "$DEVICE" = cuda ]; then
+    "$PY" -c "import pynvml" 2>/dev/null || "$PY" -m pip install -q --retries 1 --timeout 10 nvidia-ml-py >/dev/null 2>&1
+    "$PY" -c 'import sys; sys.path.insert(0, "."); from commbench.bounds import nvml
+for line in nvml.describe(nvml.load()): print("gpu-check: " + line)'
+fi
 
 FAILED=0
 # check NAME EXPECT_OPS ARGS...: run all ops of ARGS at world size 1 and read the results file

@@ -90,6 +90,8 @@ def run_meta(args, comm, ops):
         "ccl": comm.ccl,
         # seconds per rank from the start-up to the process group up and the first collective
         "startup": comm.startup,
+        # --peak (docs/peak.md): what it said and the run's bound (kind, name, gbps, source)
+        "peak": comm.run.peak.record() if comm.run.peak is not None else None,
         "torch_threads": torch.get_num_threads(), "processor": processor_model(comm.device),
         **provenance.stamped(),
     }

@@ -163,6 +163,10 @@ def _group_result(collective, input, args, comm, per_rank, ranks, repeat, entry=
         extra.append(duration_text(args, lead["checked_s"]))
     if args.check:
         extra.append(str(record["wrong"]))
+    if args.peak is not None:  # the row held against its bound (peak.py)
+        text, fields = comm.run.peak.row(collective.name, size, record["busbw_Bps"], args.raw)
+        record.update(fields)
+        extra.insert(0, text)
     scale = 8 if args.bw_unit == "Gbps" else 1
     description = f"{numel}x{input.element_size()}" if collective.payload else "-"
     tput, busbw = record["throughput_Bps"], record["busbw_Bps"]

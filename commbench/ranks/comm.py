@@ -48,6 +48,7 @@ class Run:
     # ranks have agreed to stop (guard.agree_to_go_on).
     stop: object = None
     compute: object = None  # --overlap's compute phase (overlap.Compute), made at first use
+    peak: object = None  # the run's bound and each row's (peak.Peak), found at start-up
     # (bytes, where from) of a rank's memory at the run's first sweep: a sweep's ceiling
     # (sizes.refuse_past_ceiling) is fixed for the run, so that the ops before one do not move it.
     sweep_memory: tuple = None

@@ -11,7 +11,8 @@ import traceback
 import torch
 import torch.distributed
 
-from . import caches, ccl as oneccl
+from .. import caches
+from . import ccl as oneccl
 from ..errors import BenchmarkError
 
 

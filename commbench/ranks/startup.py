@@ -1,5 +1,6 @@
 """The start-up's line every run prints first (layer, backend, ranks, hosts, launcher,
-pinning, oneCCL's settings, how long the process group and the first collective took), and its
+pinning, oneCCL's settings, how long the process group and the first collective took, the bound
+of what it measures: peak.py), and its
 figures kept on the Comm (`comm.startup`, in the results file's meta record)."""
 
 import os
@@ -7,7 +8,7 @@ import os
 import torch
 import torch.distributed
 
-from . import ccl as oneccl, gathered
+from . import ccl as oneccl, gathered, peak
 from ..table import note
 
 
@@ -21,12 +22,13 @@ def say_startup(comm, args, launch, figures, pinned):
                for name in ("process_group_s", "first_collective_s")}
     layer = "torch.distributed" if comm.dist is torch.distributed else "deepspeed.comm"
     ccl, hosts, world_size = comm.ccl, comm.hostnames, comm.world_size
+    comm.run.peak = peak.detect(comm, args)  # the bound, named below (docs/peak.md)
     note(comm, f"{args.dist} ({layer}), backend {torch.distributed.get_backend()}, device "
                f"{comm.device.type}, {world_size} rank{'s' if world_size > 1 else ''} on "
                f"{len(set(hosts))} host(s), launcher environment: {launch.launcher}" +
                (f"; each rank pinned to one CPU (rank 0: CPU {pinned})" if pinned is not None
                 else "") + (f"; {oneccl.describe(ccl)}" if ccl is not None else "") +
-               f"; {describe_startup(startup)}")
+               f"; {describe_startup(startup)}; {comm.run.peak.line()}")
     cpus = os.cpu_count() or 1
     if ccl is not None and comm.local_world_size > cpus:
         note(comm, f"WARNING: {comm.local_world_size} ranks on a host of {cpus} CPUs: oneCCL's "

@@ -31,6 +31,8 @@ CSV_FIELDS = (
     "aggregate", "checked_duration_s", "first_wrong_trial", "first_wrong_rank",
     "first_wrong_element", "a2a", "busiest_receiver", "sent_bytes_per_rank",
     "received_bytes_per_rank", "pairs_mode", "bidirectional", "message_rate_per_s",
+    # --peak (docs/peak.md): the row's bound and the share of it its busbw reaches
+    "bound_kind", "bound_name", "bound_gbps", "bound_source", "peak_fraction",
 )
 # Per-rank lists, written to a .csv cell as space-separated figures ("-" for none).
 CSV_LISTS = ("durations_per_rank_s", "trials_per_rank", "memory_used_per_rank_bytes",
@@ -191,6 +193,8 @@ class CsvWriter(_WholeRecords):
             row["ci95_low_s"], row["ci95_high_s"] = record["ci95_s"]
         for key, value in (record.get("first_wrong") or {}).items():
             row[f"first_wrong_{key}"] = value
+        for key in ("kind", "name", "gbps", "source"):
+            row[f"bound_{key}"] = (record.get("bound") or {}).get(key)
         for key in CSV_LISTS:
             row[key] = " ".join("-" if x is None else repr(x) for x in record.get(key, ()))
         self.append(self._row(lambda writer: writer.writerow(
@@ -268,13 +272,18 @@ def _typed_csv_row(row):
                 "slowest_rank", "window", "repeat", "group", "busiest_receiver")
     floats = ("duration_s", "throughput_Bps", "busbw_Bps", "min_s", "median_s", "p99_s", "max_s",
               "cv", "comm_s", "compute_s", "total_s", "overlap_pct", "ci95_low_s", "ci95_high_s",
-              "precision", "precision_reached", "checked_duration_s", "message_rate_per_s")
+              "precision", "precision_reached", "checked_duration_s", "message_rate_per_s",
+              "peak_fraction")
     typed = dict(row)
     if row.get("first_wrong_trial"):
         typed["first_wrong"] = {key: int(row[f"first_wrong_{key}"])
                                 for key in ("trial", "rank", "element")}
     for key in ("warmup", "precision_met", "aggregate", "bidirectional"):
         typed[key] = {"True": True, "False": False}.get(row.get(key))
+    if row.get("bound_kind"):
+        typed["bound"] = {"kind": row["bound_kind"], "name": row["bound_name"],
+                          "gbps": float(row["bound_gbps"]) if row["bound_gbps"] else None,
+                          "source": row["bound_source"]}
     if row.get("ci95_low_s"):
         typed["ci95_s"] = [float(row["ci95_low_s"]), float(row["ci95_high_s"])]
     for key in integers:

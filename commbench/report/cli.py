@@ -21,7 +21,7 @@ Standard library only, but for `plot` and `html` (matplotlib, and Jinja2, import
 import os
 import sys
 
-from commbench.ranks import caches
+from commbench import caches
 from commbench import units
 from commbench.flags import Parser, prog
 from commbench.numbers import byte_count, float_in, int_at_least

@@ -23,3 +23,15 @@ def keep_in_venv(*names):
     for name in names:
         if not os.environ.get(name):
             os.environ[name] = os.path.join(sys.prefix, folders[name])
+
+
+def cache_dir():
+    """The folder of what the suite measures once and keeps (the memory copy's pace, --peak):
+    $COMMBENCH_CACHE if set; in a venv, its commbench-cache folder (beside the ops it builds);
+    else $XDG_CACHE_HOME/commbench (~/.cache/commbench)."""
+    if os.environ.get("COMMBENCH_CACHE"):
+        return os.environ["COMMBENCH_CACHE"]
+    if in_venv():
+        return os.path.join(sys.prefix, "commbench-cache")
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(home, "commbench")

@@ -1,0 +1,157 @@
+"""Within a host on CPUs: a measured memory copy. Every rank of a host copies at once, with its
+own threads and placement (its affinity, torch's intra-op threads), a buffer of each power of
+two from 8 B to 64 MiB into another (the op's sizes: a row takes the power of two at or below
+its own); the bound at a size is a rank's copy pace there (bytes copied a second,
+the mean over the ranks). The figures are cached by host, CPU model, ranks on the host, threads
+a rank and pinning, in the suite's cache folder (`caches.cache_dir`), and measured again only
+for sizes not yet there, or with --peak-refresh. This module times a copy it is handed and keeps
+the cache; the rank's copy itself is torch's (commbench/ranks/peak.py). Standard library only."""
+
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+from .. import caches
+from .bound import Bound
+
+CACHE_FILE = "memory-copy.json"
+# The sizes copied: each power of two from SMALLEST_COPY to LARGEST_COPY (a row is held against
+# the copy at the power of two at or below its size). Past the caches a copy's pace is flat, and
+# a single-size run's buffer (most of a rank's memory) has no room for a second one.
+SMALLEST_COPY = 8
+LARGEST_COPY = 64 << 20
+# Each size: this many untimed copies, then copies until both figures below are passed.
+WARMUP_COPIES = 2
+MIN_COPIES = 5
+MIN_SECONDS = 0.01
+
+
+def cpu_model(root="/"):
+    """The CPU's model name from /proc/cpuinfo ("AMD EPYC", "Intel(R) Xeon(R) ..."); "unknown"
+    where it says none."""
+    try:
+        with open(os.path.join(root, "proc/cpuinfo"), encoding="utf-8", errors="replace") as file:
+            for line in file:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model name", "cpu model") and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+@dataclass(frozen=True)
+class Host:
+    """What a copy's pace depends on beyond the size: the cache's key."""
+
+    host: str
+    cpu: str
+    ranks: int  # ranks on the host, copying at once
+    threads: int  # torch's intra-op threads a rank
+    pinned: bool
+
+    @classmethod
+    def here(cls, ranks, threads, pinned, root="/"):
+        return cls(socket.gethostname(), cpu_model(root), ranks, threads, pinned)
+
+    def key(self):
+        return (f"{self.host}|{self.cpu}|{self.ranks} ranks|{self.threads} threads"
+                f"|{'pinned' if self.pinned else 'unpinned'}")
+
+    def source(self):
+        threads = self.ranks * self.threads
+        return f"measured, {threads} thread{'s' if threads != 1 else ''}"
+
+
+def copy_size(nbytes):
+    """The copy a row of `nbytes` a rank is held against: the power of two at or below it,
+    within SMALLEST_COPY .. LARGEST_COPY."""
+    nbytes = max(SMALLEST_COPY, min(int(nbytes), LARGEST_COPY))
+    return 1 << (nbytes.bit_length() - 1)
+
+
+def ladder():
+    """Every size copied, smallest first."""
+    return [1 << power for power in range(SMALLEST_COPY.bit_length() - 1,
+                                          LARGEST_COPY.bit_length())]
+
+
+def pace(copy, nbytes, clock=time.perf_counter):
+    """Bytes a second that `copy()` (one copy of `nbytes`) moves: after WARMUP_COPIES, as many
+    copies as make MIN_SECONDS and at least MIN_COPIES."""
+    for _ in range(WARMUP_COPIES):
+        copy()
+    copies, start = 0, clock()
+    while True:
+        copy()
+        copies += 1
+        elapsed = clock() - start
+        if copies >= MIN_COPIES and elapsed >= MIN_SECONDS:
+            return nbytes * copies / elapsed
+
+
+def _cache_path(folder=None):
+    return os.path.join(folder or caches.cache_dir(), CACHE_FILE)
+
+
+def cached(host, folder=None):
+    """{bytes: Gbit/s} this host's copies were measured at before; {} if never."""
+    try:
+        with open(_cache_path(folder), encoding="utf-8") as file:
+            entry = json.load(file).get(host.key(), {})
+        return {int(size): float(gbps) for size, gbps in entry.get("gbps", {}).items()}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
+
+
+def store(host, rates, folder=None):
+    """Keep `rates` ({bytes: Gbit/s}) for `host` beside what the cache holds of others; written
+    whole, then renamed, so that a reader never sees half a file."""
+    path = _cache_path(folder)
+    try:
+        with open(path, encoding="utf-8") as file:
+            everything = json.load(file)
+        if not isinstance(everything, dict):
+            everything = {}
+    except (OSError, ValueError):
+        everything = {}
+    everything[host.key()] = {"host": host.host, "cpu": host.cpu, "ranks": host.ranks,
+                              "threads": host.threads, "pinned": host.pinned,
+                              "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                              "gbps": {str(size): gbps for size, gbps in sorted(rates.items())}}
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        temporary = f"{path}.{os.getpid()}"
+        with open(temporary, "w", encoding="utf-8") as file:
+            json.dump(everything, file, indent=1)
+        os.replace(temporary, path)
+    except OSError:
+        pass  # a read-only venv: measured again next time
+
+
+def missing(host, sizes=None, refresh=False, folder=None):
+    """The copy sizes of `sizes` (default: the whole ladder) the cache does not hold (all of them
+    with `refresh`)."""
+    wanted = sorted({copy_size(size) for size in sizes}) if sizes is not None else ladder()
+    if refresh:
+        return wanted
+    have = cached(host, folder)
+    return [size for size in wanted if size not in have]
+
+
+def bound_at(rates, host, nbytes):
+    """The memory-copy bound of a row of `nbytes` a rank, from {copy bytes: Gbit/s}."""
+    gbps = rates.get(copy_size(nbytes))
+    if gbps is None:
+        return None
+    return Bound("memory copy", "memory copy", gbps, host.source())
+
+
+def summary(rates, host):
+    """The start-up's bound: the fastest copy measured (each row is held against its own
+    size's)."""
+    if not rates:
+        return None
+    return Bound("memory copy", "memory copy", max(rates.values()), host.source())

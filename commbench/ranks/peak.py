@@ -1,0 +1,122 @@
+"""--peak on the ranks (docs/peak.md): the bound of the run found at start-up, named in the
+start-up's line, and the bound each row is held against (its `% of peak`, the results file's
+`bound` and `peak_fraction`). The bound depends on where the ranks are: between hosts, the line
+rate of the interface the process group uses (sysfs); within one host on GPUs, NVLink or PCIe
+(NVML); within one host on CPUs, a memory copy timed on the ranks themselves, only with --peak
+auto (the others cost nothing and are named in every run's start-up line). The readers and the
+cache are commbench/bounds/ (no torch)."""
+
+import os
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..bounds import AUTO, Bound, PeakSpec, fraction, memcopy, nvml, unknown
+from ..bounds.sysfs import infiniband_bound, infiniband_devices, network_bound
+from ..table import note
+
+
+@dataclass
+class Peak:
+    """The run's bound (`bound`, for the start-up line and the meta record) and what each row is
+    held against (`at`). `spec` None: no --peak, no column."""
+
+    spec: PeakSpec | None
+    bound: Bound | None
+    copies: dict = field(default_factory=dict)  # {copy bytes: Gbit/s}, the memory copy
+    host: memcopy.Host | None = None
+
+    @property
+    def column(self):
+        return self.spec is not None
+
+    def at(self, op, nbytes):
+        """The bound of a row of `op` at `nbytes` a rank."""
+        if self.spec is not None and self.spec.mode != AUTO:
+            return self.spec.given(op, nbytes)
+        if self.copies:
+            return memcopy.bound_at(self.copies, self.host, nbytes)
+        return self.bound
+
+    def row(self, op, nbytes, busbw_bytes_per_s, raw):
+        """The row's `% of peak` text (--raw: the fraction) and its record's fields."""
+        bound = self.at(op, nbytes)
+        share = fraction(None if busbw_bytes_per_s is None else busbw_bytes_per_s * 8 / 1e9,
+                         bound)
+        text = "-" if share is None else f"{share:.3f}" if raw else f"{share * 100:.1f}"
+        return text, {"bound": None if bound is None else bound.record(),
+                      "peak_fraction": share}
+
+    def line(self):
+        if self.spec is not None and self.spec.mode == "file":
+            return (f"bound: the expected figures of {self.spec.path} "
+                    f"({len(self.spec.bands)} lines, --peak)")
+        return (self.bound or unknown("link", "-", "nothing to read it from")).line()
+
+    def record(self):
+        """The meta record's `peak`: what --peak said and the run's bound."""
+        spec = self.spec
+        return {"spec": None if spec is None else spec.path if spec.mode == "file" else
+                spec.mode if spec.mode == AUTO else spec.gbps,
+                "bound": None if self.bound is None else self.bound.record()}
+
+
+def detect(comm, settings):
+    """The run's Peak: --peak's, or the bound where the ranks are (module docstring); the memory
+    copy is timed (or read from the cache) only with --peak auto."""
+    spec = settings.peak
+    if spec is not None and spec.mode == "rate":
+        return Peak(spec, spec.given("", 0))
+    one_host = len(set(comm.hostnames)) == 1
+    if not one_host:
+        bound = _between_hosts(comm)
+    elif comm.device.type == "cuda":
+        bound = nvml.gpu_bound(nvml.load(), comm.device.index or 0) or unknown(
+            "nvlink", "GPU", "NVML is not installed (pip install nvidia-ml-py) or says nothing")
+    elif spec is not None and spec.mode == AUTO:
+        return _memory_copy(comm, spec, settings)
+    else:
+        bound = unknown("memory copy", "memory copy", "within one host on CPUs the bound is a "
+                        "memory copy; --peak auto measures it")
+    return Peak(spec, bound)
+
+
+def _between_hosts(comm):
+    """The link the process group crosses between hosts: NCCL's InfiniBand HCA where it has one
+    (NCCL_IB_HCA's first, else the first), else the interface of its sockets."""
+    hcas = infiniband_devices()
+    if comm.backend == "nccl" and hcas and os.environ.get("NCCL_IB_DISABLE", "0") == "0":
+        named = os.environ.get("NCCL_IB_HCA", "").lstrip("=^").split(",")[0].split(":")[0]
+        return infiniband_bound(named if named in hcas else hcas[0])
+    return network_bound(os.environ, comm.backend)
+
+
+def _memory_copy(comm, spec, settings):
+    """Every rank copies each size at once, with its own threads; the cache of this host,
+    CPU, ranks and threads holds the figures after the first time (--peak-refresh: again)."""
+    host = memcopy.Host.here(comm.local_world_size, torch.get_num_threads(), settings.pin)
+    needed = comm.global_rank == 0 and bool(memcopy.missing(host, refresh=settings.peak_refresh))
+    if comm.any_rank(needed):
+        started = time.monotonic()
+        sizes = memcopy.ladder()
+        mine = [_copy_pace(comm, nbytes) for nbytes in sizes]
+        everyone = comm.gather_figures(mine)
+        rates = {nbytes: sum(rank[i] for rank in everyone) / len(everyone) * 8 / 1e9
+                 for i, nbytes in enumerate(sizes)}
+        if comm.global_rank == 0:
+            memcopy.store(host, rates)
+            note(comm, f"memory copy timed at {len(sizes)} sizes on {comm.local_world_size} "
+                       f"rank(s) in {time.monotonic() - started:.1f} s, kept for the next runs "
+                       f"(--peak-refresh: again)")
+    else:
+        rates = memcopy.cached(host)
+    return Peak(spec, memcopy.summary(rates, host), rates, host)
+
+
+def _copy_pace(comm, nbytes):
+    """This rank's pace copying `nbytes`, every rank at once (a barrier first)."""
+    source = torch.ones(nbytes, dtype=torch.uint8)
+    target = torch.empty_like(source)
+    comm.barrier()
+    return memcopy.pace(lambda: target.copy_(source), nbytes)
