@@ -26,8 +26,9 @@ from .bounds.spec import PeakSpec
 class RankSettings:
     """What comm.init_comm reads to start a run's ranks, built by each front end explicitly.
     Besides the layer, backend, device and --timeout: the dtypes and the reduction checked
-    against the backend before anything starts, --pin, the layouts of --groups / --split, and
-    the front end's whole command line, whose digest every rank compares with rank 0's."""
+    against the backend before anything starts, --pin, the layouts of --groups / --split,
+    --peak (the bound found at start-up), and the front end's whole command line, whose digest
+    every rank compares with rank 0's."""
 
     dist: str = defaults.DEFAULT_DIST
     backend: str | None = defaults.DEFAULT_BACKEND
@@ -38,6 +39,9 @@ class RankSettings:
     pin: bool = False
     groups: tuple[str, ...] = ()
     split: tuple | None = None
+    # --peak: the bound the rows are held against, found at start-up (docs/peak.md)
+    peak: PeakSpec | None = None
+    peak_refresh: bool = False
     # (flag, value) pairs of every flag, sorted: `command_line(args)`
     command_line: tuple[tuple[str, Any], ...] = ()
 
@@ -141,6 +145,7 @@ class Settings:
         return RankSettings(dist=self.dist, backend=self.backend, device=self.device,
                             timeout=self.timeout, dtype=self.dtype, op=self.op, pin=self.pin,
                             groups=tuple(self.groups or ()), split=self.split,
+                            peak=self.peak, peak_refresh=self.peak_refresh,
                             command_line=command_line(self if given is None else given))
 
     @property
