@@ -84,7 +84,7 @@ def main(local_rank, args):
         whole.run(check, judgement, len(planner) + rounds)
     status = _verdict(check, judgement, started) if comm.global_rank == 0 else _hear_verdict(check)
     check.control.close()
-    if check.figures.unreachable or check.control.gone:
+    if check.figures.unreachable or check.control.gone or check.control.released:
         # A lost peer: tearing the process group down could wait on it; the result is out.
         sys.stdout.flush()
         sys.stderr.flush()

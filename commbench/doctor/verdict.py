@@ -126,6 +126,7 @@ class Figures:
         self.control_of = {}  # (i, j) retested -> (k, l), its control pair
         self.unreachable = set()
         self.unreachable_why = {}  # host -> why it is taken as unreachable
+        self.lost_when = {}  # host -> the step it was lost at ("round 2 of the pairs")
         self.measured = []  # (round, i, j, Link) of every pair measured, in order (the screen)
         self.fleet_log = []  # (round, hosts, a host's Bps, predicted Bps): --fleet-wide's
         self.leaf = None  # each host's switch (an index into switch_names), with a topology
