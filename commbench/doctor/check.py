@@ -66,8 +66,10 @@ class Check:
                 self.figures.unreachable_why[host] = f"{why} ({_step_words(name)})" + \
                     self._pulse_words(rank)
                 self.figures.lost_when[host] = _step_words(name)
+                then = "the check stops after this phase (--on-loss stop)" \
+                    if self.args.on_loss == "stop" else "the check goes on without it"
                 self.say(f"host {self.hosts[host]} is unreachable: "
-                         f"{self.figures.unreachable_why[host]}; the check goes on without it")
+                         f"{self.figures.unreachable_why[host]}; {then}")
 
     def _pulse_words(self, rank):
         """Rank 0: what the lost rank's pulse says (whereabouts.py): "; its process is gone
@@ -79,6 +81,11 @@ class Check:
         text = found._pulse(rank)
         state = whereabouts.probe_all({rank: text}).get(rank) if text else None
         return f"; {whereabouts.GONE[state]}" if state in whereabouts.GONE else ""
+
+    def stopping(self):
+        """--on-loss stop and a host lost: no phase after the one under way (every rank knows
+        the same lost hosts: rank 0 hands them out at each step)."""
+        return self.args.on_loss == "stop" and bool(self.figures.unreachable)
 
     def say(self, line):
         note(self.comm, line)
@@ -179,6 +186,8 @@ class Check:
         several a round): control pair -> the pair it is measured beside. `first`: the number of
         the first round."""
         for number, pairs in enumerate(rounds, first):
+            if self.stopping():
+                break
             self._ensure(pairs)
             partner = next((b if a == self.my_host else a for a, b in pairs
                             if self.my_host in (a, b)), None)

@@ -15,6 +15,7 @@ from ..settings import frozen
 from . import plan, topology
 
 DEFAULT_MIN_FRACTION = 0.5
+ON_LOSS = ("continue", "stop")
 
 
 def _fraction(text):
@@ -62,6 +63,13 @@ def parser():
                         "not named, held against what its pairs predict; when slower, its "
                         "halves at once, the slower one split again (about log2 N rounds) to "
                         "name the group that slows the fleet")
+    p.add_argument("--on-loss", choices=ON_LOSS, default="continue",
+                   help="a host lost mid-check (its rank dead or silent): continue: name it "
+                        "unreachable, measure and judge the rest without it (default: the "
+                        "check runs when something is wrong, and stopping at the first loss "
+                        "would leave the rest unjudged); stop: no phase after the one under "
+                        "way, the verdict at once on what was measured (first-pass suspects "
+                        "then not retested)")
     _measuring_flags(p)
     p.add_argument("--bw-unit", choices=defaults.BW_UNITS, default=defaults.DEFAULT_UNIT)
     p.add_argument("--timeout", type=float_in(0, 1e6, "a positive number of seconds"),
@@ -123,6 +131,7 @@ class DoctorSettings:
     topology: str | None  # the file, "none", or None: Slurm's own under srun
     topology_of: object  # the file's topology.Topology, read at parse time; None without one
     fleet_wide: bool
+    on_loss: str  # "continue" or "stop": what a host lost mid-check does to the rest
     # how it measures and judges
     min_fraction: float
     expect_gbps: float | None
