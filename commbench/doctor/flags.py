@@ -92,9 +92,9 @@ def parser():
 def _measuring_flags(p):
     """How a check measures and judges: the bars, the message sizes, the trials, the retests."""
     p.add_argument("--min-fraction", type=_fraction, default=DEFAULT_MIN_FRACTION, metavar="F",
-                   help="a host or link below F of its peers' median bandwidth (or above 1/F of "
-                        "their latency), and beyond 3 robust deviations of them, is suspect "
-                        f"(default {DEFAULT_MIN_FRACTION})")
+                   help="a host or link below F of its peers' median bandwidth is suspect and "
+                        "retested before it is cleared (a latency: above 1/F of theirs and "
+                        f"beyond 3 robust deviations; default {DEFAULT_MIN_FRACTION})")
     p.add_argument("--expect-gbps", type=_floor, default=None, metavar="GBPS",
                    help="also suspect any link (one way) or host (bus bandwidth) below this many "
                         "Gbps, whatever its peers do")
