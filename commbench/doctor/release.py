@@ -15,6 +15,8 @@ check ends its process with os._exit (run.py), as it does whenever a peer was lo
 
 import threading
 
+import torch
+
 WATCH_S = 0.25  # the main thread looks at the peers' heartbeats this often
 
 
@@ -30,9 +32,12 @@ def measured(control, peers, work):
     if lost:
         raise PeerLost(_words(lost))
     box, done = {}, threading.Event()
+    device = _device_index()
 
     def run():
         try:
+            if device is not None:  # a thread starts on device 0: this rank's own, as the main
+                torch.accelerator.set_device_index(device)  # thread's (its synchronize too)
             box["value"] = work()
         except BaseException as error:  # handed to the main thread, which raises it
             box["error"] = error
@@ -52,3 +57,12 @@ def measured(control, peers, work):
 def _words(lost):
     rank, why = lost[0]
     return f"released: rank {rank} stopped answering ({why}); this rank was not at fault"
+
+
+def _device_index():
+    """The main thread's accelerator device, or None (CPU ranks)."""
+    try:
+        return torch.accelerator.current_device_index() if torch.accelerator.is_available() \
+            else None
+    except (AttributeError, RuntimeError):
+        return None
