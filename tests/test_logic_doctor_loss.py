@@ -4,7 +4,6 @@ and what the verdict says of the lost hosts (the record's `lost`, the exit line,
 End to end, on simulated hosts: test_doctor.py's chaos case."""
 
 import threading
-import time
 
 import pytest
 import torch.distributed
@@ -47,10 +46,8 @@ def test_a_measurement_blocked_on_a_lost_peer_is_released():
     within a few looks, with one line saying it was not at fault."""
     never = threading.Event()
     watch = Watch(gone_after=2)
-    started = time.monotonic()
-    with pytest.raises(release.PeerLost) as caught:
-        release.measured(watch, [5], never.wait)
-    assert time.monotonic() - started < 30 * release.WATCH_S  # a hang guard, not a timing
+    with pytest.raises(release.PeerLost) as caught:  # unreleased, it would return after 60 s
+        release.measured(watch, [5], lambda: never.wait(60))
     assert str(caught.value) == ("released: rank 5 stopped answering (its heartbeat in the "
                                  "store stood still for 10 s); this rank was not at fault")
     assert isinstance(caught.value, RuntimeError)  # the phases' own handlers record it
@@ -72,18 +69,31 @@ def _control(store):
     return found
 
 
+class Clock:
+    """time's monotonic() as this test sets it."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def monotonic(self):
+        return self.now
+
+
 def test_a_heartbeat_that_stands_still_is_lost_and_one_that_moves_is_not(monkeypatch):
-    monkeypatch.setattr(control, "DEAD_S", 0.3)
+    clock = Clock()
+    monkeypatch.setattr(control, "time", clock)
     store = torch.distributed.HashStore()
     store.set("beat/1", "1")
     store.set("beat/2", "1")
     found = _control(store)
     assert found.lost([1, 2]) == []  # the first look starts the clock
-    for count in range(2, 8):
-        time.sleep(0.1)
+    for count in range(2, 22):
+        clock.now += control.BEAT_S
         store.set("beat/2", str(count))  # rank 2 beats on, rank 1 stood still
         lost = found.lost([1, 2])
-    assert lost == [(1, "its heartbeat in the store stood still for 0.3 s")]
+        if clock.now - 100.0 < control.DEAD_S:
+            assert lost == [], count
+    assert lost == [(1, f"its heartbeat in the store stood still for {control.DEAD_S:g} s")]
     found.gone = {2}  # rank 0 said so at a step: lost at once, whatever its heartbeat
     assert found.lost([2]) == [(2, "rank 0 named it unreachable")]
 
