@@ -359,6 +359,59 @@ def test_a_host_killed_mid_check_is_named_unreachable(hosts, tmp_path):
 
 
 @serial
+def test_two_hosts_lost_at_once_are_named_and_no_live_host_for_them(hosts, tmp_path):
+    """6 hosts, one rank each (the full plan), --timeout 60; once the first round is recorded,
+    host 4's rank SIGKILLed and host 6's interface brought down (no answer, not refused) at the
+    same moment. Whichever step each loss lands in (a pair's measurement, between steps), both
+    are named unreachable with when, host 4 'its process is gone' and host 6 'its host does not
+    answer', and no live host is named for a partner that died (its measurement released, not
+    waited out); the verdict within --timeout + 30 s of the losses (heartbeats 10 s, the probe
+    1 s, the check's last rounds); every live rank exits 1, and the exit line, the verdict
+    record and What to do name exactly the lost ones."""
+    name, subnet = hosts(6)
+    output = tmp_path / "lost.jsonl"
+    procs = by_hand(name, subnet, 6, *QUICK, "--timeout=60", f"--output={output}")
+    try:
+        deadline = time.monotonic() + 120
+        while not (output.exists() and len(output.read_text().splitlines()) >= 2):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+                [p.communicate() for p in procs]
+            time.sleep(0.05)
+        pids = subprocess.run(["ip", "netns", "pids", f"{name}4"], capture_output=True,
+                              text=True).stdout.split()
+        subprocess.run(["kill", "-9", *pids], check=True)
+        subprocess.run(["ip", "-n", f"{name}6", "link", "set", "eth0", "down"], check=True)
+        lost = time.monotonic()
+        outputs = {0: procs[0].communicate(timeout=300)}  # a hang guard only
+        named_in = time.monotonic() - lost
+        outputs.update({r: procs[r].communicate(timeout=60) for r in (1, 2, 4)})
+    finally:
+        for proc in procs:
+            proc.kill()  # host 6's rank, cut off from the store, among them
+    statuses = [proc.returncode for proc in procs]
+    shown = "\n".join(f"--- rank {r}: exit {statuses[r]}\n{out}\n{err}"
+                      for r, (out, err) in sorted(outputs.items()))
+    assert [statuses[r] for r in (0, 1, 2, 4)] == [1, 1, 1, 1], shown
+    _, _, final = verdict_of(output, shown)
+    gone = [f"{name}4", f"{name}6"]
+    assert final["unreachable"] == gone, shown  # no live host named for its partner's death
+    assert [g["host"] for g in final["lost"]] == gone, shown
+    assert all(g["when"].startswith("round ") for g in final["lost"]), shown
+    four, six = (g["why"] for g in final["lost"])
+    assert "its process is gone (its host refused a connection to it)" in four, four
+    assert "its host does not answer (no connection in 1 s)" in six, six
+    assert set(final["exclude"]) - set(gone) <= set(final["suspect_hosts"]), shown
+    assert named_in < 60 + 30, f"{named_in:.1f} s\n{shown}"
+    stdout, stderr = outputs[0]
+    when = {g["host"]: g["when"] for g in final["lost"]}
+    assert f"lost during the check: {name}4 ({when[gone[0]]}), {name}6 ({when[gone[1]]})" in \
+        stderr, stderr
+    assert f"  lost during the check: {name}4 ({when[gone[0]]}), {name}6 ({when[gone[1]]}): " \
+        "the rest were judged without them" in stdout, stdout
+    assert "Traceback" not in "".join(err for _, err in outputs.values())
+
+
+@serial
 def test_one_host_checks_its_ranks_and_says_no_links(tmp_path):
     output, db = tmp_path / "one.jsonl", str(tmp_path / "results.db")
     earlier_checks(db, socket.gethostname(), 3)

@@ -459,3 +459,28 @@ def test_a_screen_of_too_few_hosts_runs_the_full_plan_and_says_why():
     assert "3 hosts make 1 a round" in line and "every pair in 3 rounds" in line, line
     assert "every pair in 5 rounds" in plan.screen_fallback("screen", 6)
     assert plan.screen_fallback("screen", 8) is None and plan.screen_fallback("auto", 3) is None
+
+
+def test_the_screen_retests_a_link_below_the_fraction_however_spread_its_round():
+    """12 hosts, 3 rounds of 6 pairs spread 1.8-26 Gbps (z of a 0.13x pair about -2 against the
+    fleet's own spread, above the link bar -3.9): below --min-fraction, it is a suspect all the
+    same, and its retest beside a control decides, as for the noisy pairs below the fraction
+    (1.8 Gbps); none at or above the fraction is."""
+    spread = [1.8, 3.9, 5.5, 7.0, 9.4, 26.0]
+    f = Figures([f"n{i}" for i in range(12)], 0.5)
+    rounds = [[(0, 1), (2, 4), (3, 9), (5, 6), (7, 8), (10, 11)],
+              [(0, 2), (1, 3), (4, 5), (6, 9), (7, 10), (8, 11)],
+              [(0, 3), (1, 2), (4, 6), (5, 7), (8, 9), (10, 11)]]
+    for number, pairs in enumerate(rounds):
+        for index, (i, j) in enumerate(pairs):
+            gbps = 0.95 if (i, j) == (3, 9) else spread[(index + 2 * number) % len(spread)]
+            f.measured.append((number, i, j, Link(20e-6, gbps * GBPS, gbps * GBPS)))
+    judgement = fleet.first_pass(f)
+    scores = judgement.scores
+    (z,) = [z for _, i, j, z in scores.z if (i, j) == (3, 9)]
+    assert z > -fleet.bar(len(scores.z), 1)  # the old rule alone cleared it unretested
+    suspects = [x.hosts for x in judgement.suspects]
+    assert (3, 9) in suspects and all(x.kind == "link" for x in judgement.suspects)
+    middle = {n: sorted(lk.bandwidth for m, _, _, lk in f.measured if m == n)[3] for n in range(3)}
+    below = [(i, j) for n, i, j, lk in f.measured if lk.bandwidth < 0.5 * middle[n]]
+    assert sorted(suspects) == sorted(below), (suspects, below)

@@ -8,9 +8,10 @@ from datetime import timedelta
 import torch
 import torch.distributed
 
+from ..ranks import whereabouts
 from ..errors import UsageError
 from ..table import note
-from . import control, measure, plan, schedule, topology, verdict
+from . import control, measure, plan, release, schedule, topology, verdict
 from .control import Control
 
 
@@ -31,6 +32,9 @@ class Check:
         self.my_host = names.index(comm.hostnames[comm.global_rank])
         self.leader = self.ranks[self.my_host][0] == comm.global_rank
         self.control = Control(comm, args.timeout)
+        # each rank's pulse, so that a lost host is told apart: its process gone, or the host
+        # not answering (whereabouts.probe_all at rank 0 when its heartbeat stands still)
+        comm.run.whereabouts = whereabouts.start(comm)
         self.topology, self.topology_note = topology.for_check(
             args.topology_of, args.topology, names, comm.global_rank, self.control)
         self.figures = verdict.Figures(
@@ -59,9 +63,29 @@ class Check:
                            f"still for {control.DEAD_S:g} s")
                 else:
                     why = f"rank {rank} did not answer within --timeout {self.args.timeout:g} s"
-                self.figures.unreachable_why[host] = f"{why} ({_step_words(name)})"
+                self.figures.unreachable_why[host] = f"{why} ({_step_words(name)})" + \
+                    self._pulse_words(rank)
+                self.figures.lost_when[host] = _step_words(name)
+                then = "the check stops after this phase (--on-loss stop)" \
+                    if self.args.on_loss == "stop" else "the check goes on without it"
                 self.say(f"host {self.hosts[host]} is unreachable: "
-                         f"{self.figures.unreachable_why[host]}; the check goes on without it")
+                         f"{self.figures.unreachable_why[host]}; {then}")
+
+    def _pulse_words(self, rank):
+        """Rank 0: what the lost rank's pulse says (whereabouts.py): "; its process is gone
+        (...)" (refused), "; its host does not answer (...)" (no answer: a host or interface
+        down), or nothing (alive but hung, or no pulse)."""
+        found = whereabouts.of(self.comm)
+        if self.comm.global_rank != 0 or found is None:
+            return ""
+        text = found._pulse(rank)
+        state = whereabouts.probe_all({rank: text}).get(rank) if text else None
+        return f"; {whereabouts.GONE[state]}" if state in whereabouts.GONE else ""
+
+    def stopping(self):
+        """--on-loss stop and a host lost: no phase after the one under way (every rank knows
+        the same lost hosts: rank 0 hands them out at each step)."""
+        return self.args.on_loss == "stop" and bool(self.figures.unreachable)
 
     def say(self, line):
         note(self.comm, line)
@@ -88,7 +112,10 @@ class Check:
         for a, b in pairs:
             if a in self.figures.unreachable or b in self.figures.unreachable:
                 continue
-            self.group(sorted((self.ranks[a][0], self.ranks[b][0])))
+            try:
+                self.group(sorted((self.ranks[a][0], self.ranks[b][0])))
+            except release.PeerLost:
+                continue  # this rank's partner, lost: its measurement says so (pairs)
 
     def group(self, ranks):
         """The process group of these ranks, made now if not made yet: every rank asks for the
@@ -96,28 +123,43 @@ class Check:
         not, as torch names a group by how many the process has made."""
         ranks = tuple(ranks)
         if ranks not in self.groups:
-            self.groups[ranks] = torch.distributed.new_group(list(ranks), timeout=self.timeout)
+            def make():
+                return torch.distributed.new_group(list(ranks), timeout=self.timeout)
+            if self.comm.global_rank not in ranks:
+                self.groups[ranks] = make()  # no connection made: nothing to wait for
+            else:  # its making waits for every member's address: released if one is gone
+                try:
+                    self.groups[ranks] = release.measured(self.control, ranks, make)
+                except release.PeerLost:
+                    self.groups[ranks] = None  # made by no one now: never asked for again
+                    raise
+        if self.groups[ranks] is None:
+            raise release.PeerLost(f"released: a rank of {list(ranks)} stopped answering")
         return self.groups[ranks]
 
     def within_hosts(self, phase="intra"):
         """Phase 1 (and its retest): every host's ranks among themselves: latency one host
         after the other (hosts that share cores would slow each other's round trips), then
         bandwidth, all hosts at once."""
-        mine = self.ranks[self.my_host]
-        host = measure.Host(self.comm, self.group(mine), list(mine), self.args.small_bytes,
-                            self.args.large_bytes)
-        figures = {}
+        mine, args = self.ranks[self.my_host], self.args
+        figures, host = {}, None
+        try:
+            host = measure.Host(self.comm, self.group(mine), list(mine), args.small_bytes,
+                                args.large_bytes)
+        except release.PeerLost as error:
+            figures = {"failed": _first_line(error)}
         for turn in range(len(self.hosts)):
             if turn == self.my_host and host is not None:
                 try:
-                    figures = host.latency(self.args.trials, self.args.repeat, self.args.warmups)
+                    figures = self.released(mine, host.latency, args.trials, args.repeat,
+                                            args.warmups)
                 except RuntimeError as error:
                     figures, host = {"failed": _first_line(error)}, None
             self.sync(f"{phase}-latency-{turn}")
         if host is not None:
             try:
-                figures.update(host.bandwidth(self.args.trials, self.args.repeat,
-                                              self.args.warmups))
+                figures.update(self.released(mine, host.bandwidth, args.trials, args.repeat,
+                                             args.warmups))
             except RuntimeError as error:
                 figures = {"failed": _first_line(error)}
         if self.leader:
@@ -144,27 +186,28 @@ class Check:
         several a round): control pair -> the pair it is measured beside. `first`: the number of
         the first round."""
         for number, pairs in enumerate(rounds, first):
+            if self.stopping():
+                break
             self._ensure(pairs)
             partner = next((b if a == self.my_host else a for a, b in pairs
                             if self.my_host in (a, b)), None)
             mine = self.leader and partner is not None and partner not in self.figures.unreachable
             found, pair = {}, None
             if mine:
-                me, peer = self.comm.global_rank, self.ranks[partner][0]
-                pair = measure.Pair(self.comm, self.group(sorted((me, peer))), me, peer,
-                                    self.args.small_bytes, self.args.large_bytes)
+                found, pair = self._pair(partner)
             for turn, hosts in enumerate(pairs):
                 if pair is not None and self.my_host in hosts and \
                         partner not in self.figures.unreachable:
                     try:
-                        found = pair.latency(self.args.trials, self.args.repeat,
-                                             self.args.warmups)
+                        found = self.released([pair.peer], pair.latency, self.args.trials,
+                                              self.args.repeat, self.args.warmups)
                     except RuntimeError as error:
                         found, pair = {"failed": _first_line(error)}, None
                 self.sync(f"{phase}-{number}-latency-{turn}")
             if pair is not None and partner not in self.figures.unreachable:
                 try:
-                    found.update(pair.bandwidth(self.args.trials, self.args.repeat))
+                    found.update(self.released([pair.peer], pair.bandwidth, self.args.trials,
+                                               self.args.repeat))
                 except RuntimeError as error:
                     found = {"failed": _first_line(error)}
             if mine and self.my_host < partner:
@@ -192,6 +235,21 @@ class Check:
                         self._take("control", a, b, found, control_for=pairs[0])
                     else:
                         self._take(phase, a, b, found)
+
+    def _pair(self, partner):
+        """({}, this host's Pair with `partner`), or ({"failed": why}, None) when the partner
+        was lost while their group was being made."""
+        me, peer = self.comm.global_rank, self.ranks[partner][0]
+        try:
+            return {}, measure.Pair(self.comm, self.group(sorted((me, peer))), me, peer,
+                                    self.args.small_bytes, self.args.large_bytes)
+        except RuntimeError as error:
+            return {"failed": _first_line(error)}, None
+
+    def released(self, peers, work, *args):
+        """work(*args) on this rank, released with PeerLost (a RuntimeError) once one of
+        `peers` (global ranks) is known gone (release.py)."""
+        return release.measured(self.control, peers, lambda: work(*args))
 
     def _take(self, phase, a, b, found, control_for=None):
         extra = {}

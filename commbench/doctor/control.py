@@ -41,12 +41,18 @@ class Control:
         self.gone = set()  # ranks that missed a step: their hosts are unreachable
         self.dead_why = {}  # rank -> how its loss was known ("heartbeat" or "timeout")
         self._beats = {}  # rank 0: rank -> (its last heartbeat seen, when it was first seen)
+        self._watched = {}  # lost()'s, as _beats: a rank's peers in a measurement
+        self.released = False  # a measurement was left blocked on a lost peer (release.py)
         self._stop = threading.Event()
         self._beater = None
         try:  # a connection of the heartbeat's own: a store client is not shared by threads
             beat_store = self.store.clone()
         except (AttributeError, RuntimeError):
             beat_store = None  # an older torch: --timeout alone
+        try:  # the main thread's while a measurement's thread uses the process group's
+            self._watch = self.store.clone()
+        except (AttributeError, RuntimeError):
+            self._watch = None
         if beat_store is not None:
             self._beater = threading.Thread(target=self._beat, args=(beat_store,),
                                             name="commbench-doctor-heartbeat", daemon=True)
@@ -81,6 +87,27 @@ class Control:
             self._beats[rank] = (beat, now)
             return False
         return now - last[1] >= DEAD_S
+
+    def lost(self, peers):
+        """[(rank, why)] of `peers` known gone: said gone by rank 0 at a step, or their heartbeat
+        still for DEAD_S by this rank's clock (the first look starts it). Any rank may ask; its
+        own connection to the store (release.py's main thread, beside a measurement's)."""
+        found = [(r, "rank 0 named it unreachable") for r in peers if r in self.gone]
+        if found or self._watch is None:
+            return found
+        now = time.monotonic()
+        for rank in peers:
+            try:
+                beat = self._watch.get(f"beat/{rank}") \
+                    if self._watch.check([f"beat/{rank}"]) else None
+            except RuntimeError as error:
+                raise self._lost(error) from None
+            last = self._watched.get(rank)
+            if last is None or last[0] != beat:
+                self._watched[rank] = (beat, now)
+            elif now - last[1] >= DEAD_S:
+                found.append((rank, f"its heartbeat in the store stood still for {DEAD_S:g} s"))
+        return found
 
     def _lost(self, error):
         return BenchmarkError(f"rank {self.rank}: lost rank 0's host (its rendezvous store: "

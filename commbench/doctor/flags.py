@@ -19,6 +19,7 @@ DEFAULT_MIN_FRACTION = 0.5
 # shorter than the suite's (defaults.DEFAULT_TIMEOUT): a host that does not answer within it is
 # named unreachable, and the check goes on without it
 DEFAULT_TIMEOUT = 120
+ON_LOSS = ("continue", "stop")
 
 
 def _fraction(text):
@@ -66,6 +67,13 @@ def parser():
                         "not named, held against what its pairs predict; when slower, its "
                         "halves at once, the slower one split again (about log2 N rounds) to "
                         "name the group that slows the fleet")
+    p.add_argument("--on-loss", choices=ON_LOSS, default="continue",
+                   help="a host lost mid-check (its rank dead or silent): continue: name it "
+                        "unreachable, measure and judge the rest without it (default: the "
+                        "check runs when something is wrong, and stopping at the first loss "
+                        "would leave the rest unjudged); stop: no phase after the one under "
+                        "way, the verdict at once on what was measured (first-pass suspects "
+                        "then not retested)")
     _measuring_flags(p)
     p.add_argument("--bw-unit", choices=defaults.BW_UNITS, default=defaults.DEFAULT_UNIT)
     add_timeout_flag(p, DEFAULT_TIMEOUT, metavar="SECONDS",
@@ -87,9 +95,9 @@ def parser():
 def _measuring_flags(p):
     """How a check measures and judges: the bars, the message sizes, the trials, the retests."""
     p.add_argument("--min-fraction", type=_fraction, default=DEFAULT_MIN_FRACTION, metavar="F",
-                   help="a host or link below F of its peers' median bandwidth (or above 1/F of "
-                        "their latency), and beyond 3 robust deviations of them, is suspect "
-                        f"(default {DEFAULT_MIN_FRACTION})")
+                   help="a host or link below F of its peers' median bandwidth is suspect and "
+                        "retested before it is cleared (a latency: above 1/F of theirs and "
+                        f"beyond 3 robust deviations; default {DEFAULT_MIN_FRACTION})")
     p.add_argument("--expect-gbps", type=_floor, default=None, metavar="GBPS",
                    help="also suspect any link (one way) or host (bus bandwidth) below this many "
                         "Gbps, whatever its peers do")
@@ -126,6 +134,7 @@ class DoctorSettings:
     topology: str | None  # the file, "none", or None: Slurm's own under srun
     topology_of: object  # the file's topology.Topology, read at parse time; None without one
     fleet_wide: bool
+    on_loss: str  # "continue" or "stop": what a host lost mid-check does to the rest
     # how it measures and judges
     min_fraction: float
     expect_gbps: float | None

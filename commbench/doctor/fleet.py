@@ -91,6 +91,7 @@ class Scores:
 
     def __init__(self, figures, skip=None):
         self.z, self.sigma = _z(figures, skip)
+        self.fraction = figures.fraction
         self.live = {h for h in range(len(figures.names)) if h not in figures.unreachable}
         self.best, self.count, self.cross, self.within = {}, {}, {}, {}
         leaf = figures.leaf
@@ -108,9 +109,14 @@ class Scores:
     def host_bar(self, h):
         return host_bar(len(self.live), self.count.get(h, 1))
 
+    def below_fraction(self, z):
+        """Whether a pair's z is below --min-fraction of its round's reference: every such
+        figure is retested (beside a control) before it is cleared, whatever the spread."""
+        return self.fraction is not None and z * self.sigma < math.log(self.fraction)
+
     def suspect_hosts(self):
         return {h for h, best in self.best.items() if h in self.live and
-                best < -self.host_bar(h)}
+                (best < -self.host_bar(h) or self.below_fraction(best))}
 
     def suspect_switches(self, figures):
         """{switch index: its live hosts} of switches fine inside and slow outside."""
@@ -171,7 +177,7 @@ def first_pass(figures, alpha=ALPHA):
     named = {h for f in judgement.suspects for h in f.hosts}
     link_bar = bar(max(1, len(scores.z)), 1, alpha)
     for _, i, j, z in scores.z:
-        if z >= -link_bar or i in named or j in named:
+        if (z >= -link_bar and not scores.below_fraction(z)) or i in named or j in named:
             continue
         elsewhere = [max((w for _, a, b, w in scores.z if h in (a, b) and {a, b} != {i, j}),
                          default=None) for h in (i, j)]

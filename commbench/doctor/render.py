@@ -219,14 +219,35 @@ def advice(figures, judgement):
                 f"    deepspeed: --exclude={'@'.join(leave)}",
                 f"    torchrun: start no node on {listed}",
                 f"    Slurm (sbatch, salloc, srun): --exclude={hostlist(leave)}"]
+    gone = lost(figures)
+    if gone:
+        out.append(f"  lost during the check: {lost_words(gone)}: the rest were judged "
+                   f"without them; bring them back, then check them with the others "
+                   f"(--exclude={hostlist([g['host'] for g in gone])} until then)")
     return out
 
 
-def exit_line(status, host=None):
-    """The line before a launcher's own error lines: exit status 1 is the check's verdict."""
+def lost(figures):
+    """[{"host", "when", "why"}] of the hosts lost while the check ran (their rank died or went
+    silent at a step), in the hosts' order; a host unreachable before any step has no "when"."""
+    return [{"host": figures.names[h], "when": figures.lost_when[h],
+             "why": figures.unreachable_why.get(h)}
+            for h in sorted(figures.unreachable) if h in figures.lost_when]
+
+
+def lost_words(gone):
+    """'n3 (round 2 of the pairs), n9 (within the hosts)'."""
+    return ", ".join(f"{g['host']} ({g['when']})" for g in gone)
+
+
+def exit_line(status, host=None, gone=()):
+    """The line before a launcher's own error lines: exit status 1 is the check's verdict;
+    `gone` (lost()): the hosts lost during the check, and when."""
     where = f" on {host}" if host else ""
     return (f"doctor.py{where} exits with status {status}: its verdict (something is suspect or "
-            "unreachable: see the findings and 'What to do'), not a crash; the launcher's own "
+            "unreachable: see the findings and 'What to do'" +
+            (f"; lost during the check: {lost_words(gone)}" if gone else "") +
+            "), not a crash; the launcher's own "
             f"error lines after this one ('exits with return code = {status}', 'exit code "
             f"{status}', 'ChildFailedError') say the same")
 
@@ -248,7 +269,8 @@ def verdict_record(figures, judgement):
             "fleet_wide": [{"round": number, "hosts": [names[h] for h in hosts],
                             "busbw_Bps": value, "predicted_Bps": predicted}
                            for number, hosts, value, predicted in figures.fleet_log],
-            "unreachable": unreachable, "healthy": not judgement.findings,
+            "unreachable": unreachable, "lost": lost(figures),
+            "healthy": not judgement.findings,
             "findings": findings(figures, judgement), "cleared": judgement.cleared,
             "exclude": leave, "exclude_hostlist": hostlist(leave),
             "what_to_do": advice(figures, judgement),

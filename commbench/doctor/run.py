@@ -26,6 +26,8 @@ def screen_rounds(check, planner):
     fastest) and handed to every rank through the store."""
     last = {}
     for number in range(len(planner)):
+        if check.stopping():
+            break
         key = f"screen-round/{number}"
         if check.comm.global_rank == 0:
             pairs = planner.round(number, last, gone=check.figures.unreachable)
@@ -47,7 +49,7 @@ def meta(args, comm, check):
     return {"ops": ["doctor"], **provenance.placed(comm), "hosts": check.hosts,
             "ranks_per_host": len(check.ranks[0]), "bw_unit": args.bw_unit,
             "doctor": {"plan": check.plan, "rounds": args.rounds, "seed": args.seed,
-                       "fleet_wide": args.fleet_wide,
+                       "fleet_wide": args.fleet_wide, "on_loss": args.on_loss,
                        "topology": check.topology.path if check.topology else args.topology,
                        "min_fraction": args.min_fraction, "expect_gbps": args.expect_gbps,
                        "expect_latency_us": args.expect_latency_us,
@@ -72,6 +74,9 @@ def main(local_rank, args):
         screen_rounds(check, planner)
     else:
         check.pairs([planner.round(n) for n in range(len(planner))], "pairs")
+    if check.stopping():
+        check.say(f"doctor: --on-loss stop: {render.lost_words(render.lost(check.figures))} "
+                  "lost; no retest or phase after it, the verdict on what was measured")
     # The verdict's first pass on rank 0; the suspects' retests, which every rank runs.
     judgement = None
     if comm.global_rank == 0:
@@ -80,11 +85,11 @@ def main(local_rank, args):
     rounds = _retest(check, judgement, first=len(planner) if screen else 0)
     if comm.global_rank == 0:
         (fleet if screen else verdict).confirm(check.figures, judgement)
-    if args.fleet_wide:  # every rank: the whole fleet at once, and its bisection (whole.py)
+    if args.fleet_wide and not check.stopping():  # every rank: the whole fleet at once
         whole.run(check, judgement, len(planner) + rounds)
     status = _verdict(check, judgement, started) if comm.global_rank == 0 else _hear_verdict(check)
     check.control.close()
-    if check.figures.unreachable or check.control.gone:
+    if check.figures.unreachable or check.control.gone or check.control.released:
         # A lost peer: tearing the process group down could wait on it; the result is out.
         sys.stdout.flush()
         sys.stderr.flush()
@@ -116,7 +121,7 @@ def _retest(check, judgement, first):
     args, screen = check.args, check.plan == "screen"
     retests = {"intra": False, "pairs": [], "controls": None}
     if check.comm.global_rank == 0:
-        if args.retest:
+        if args.retest and not check.stopping():
             # Each suspect beside a control pair of good hosts measured at the same time where
             # there are hosts for one: a second opinion with its own yardstick of that moment
             # (a busy machine slows the control too). The full plan: one pair at a time (few
@@ -151,6 +156,8 @@ def _verdict(check, judgement, started):
         emit(sys.stderr, f"commbench: {line}")
     final = render.verdict_record(check.figures, judgement)
     final["seconds"] = time.monotonic() - started
+    final["on_loss"] = args.on_loss
+    final["stopped"] = check.stopping()  # --on-loss stop cut the check short
     if args.baseline:  # each against its own past (doctor/baseline.py)
         from . import baseline
         final["baseline"] = baseline.report(args.baseline, check.figures, final, args.tag)
@@ -159,7 +166,7 @@ def _verdict(check, judgement, started):
         check.writer.close()
     status = 0 if final["healthy"] else 1
     if status:  # before any rank exits, so before any launcher's error lines
-        emit(sys.stderr, f"commbench: {render.exit_line(status)}")
+        emit(sys.stderr, f"commbench: {render.exit_line(status, gone=final['lost'])}")
     check.control.post("status", status)
     live = [r for r in range(1, comm.world_size) if r not in check.control.gone]
     check.control.wait_for([f"done/{r}" for r in live], ranks={f"done/{r}": r for r in live})
@@ -171,7 +178,8 @@ def _hear_verdict(check):
     status = check.control.fetch("status", timeout=2 * check.args.timeout + 30)
     status = 1 if status is None else status
     if status and check.leader:  # each host's log says it, before its launcher's lines
-        emit(sys.stderr, f"commbench: {render.exit_line(status, check.hosts[check.my_host])}")
+        emit(sys.stderr, "commbench: " + render.exit_line(status, check.hosts[check.my_host],
+                                                           render.lost(check.figures)))
     check.control.post(f"done/{check.comm.global_rank}", 1)
     return status
 

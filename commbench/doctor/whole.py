@@ -58,7 +58,10 @@ def _round(check, groups, number):
     args, control = check.args, check.control
     leaders = [tuple(sorted(check.ranks[h][0] for h in group)) for group in groups]
     for ranks in leaders:  # every rank, in the same order
-        check.group(ranks)
+        try:
+            check.group(ranks)
+        except RuntimeError:
+            pass  # a member lost while it was made: this rank's measurement below says so
     mine = next((n for n, group in enumerate(groups) if check.my_host in group), None)
     if mine is not None and check.leader and \
             not any(h in check.figures.unreachable for h in groups[mine]):
@@ -67,7 +70,8 @@ def _round(check, groups, number):
         try:
             host = measure.Host(check.comm, check.group(ranks), list(ranks),
                                 args.small_bytes, args.large_bytes)
-            found = host.bandwidth(args.trials, args.repeat, args.warmups)
+            found = check.released(ranks, host.bandwidth, args.trials, args.repeat,
+                                   args.warmups)
         except RuntimeError as error:
             found = {"failed": str(error).strip().splitlines()[0][:300] if str(error) else
                      type(error).__name__}
