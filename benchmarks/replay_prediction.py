@@ -62,18 +62,24 @@ def main():
     parser.add_argument("--backend", default="gloo")
     parser.add_argument("--quick", action="store_true", help="the tests' small model")
     parser.add_argument("--port", type=int, default=29731)
+    parser.add_argument("--traces", default=None, metavar="DIR",
+                        help="replay the traces of an earlier run (DIR/<strategy>, recorded with "
+                             "--steps steps) instead of recording a job")
+    parser.add_argument("--strategies", default="ddp,zero1,zero2,zero3,tp,pp")
     args = parser.parse_args()
     PORT[0] = args.port
     folder = Path(tempfile.mkdtemp(prefix="replay-prediction-"))
     model = QUICK if args.quick else []
-    print(torchrun(args.nproc, "parallel_bench.py", "--strategy", "all", "--steps", args.steps,
-                   "--backend", args.backend, "--trace", folder / "trace", *model))
+    traces = Path(args.traces) if args.traces else folder / "trace"
+    if not args.traces:
+        print(torchrun(args.nproc, "parallel_bench.py", "--strategy", "all", "--steps",
+                       args.steps, "--backend", args.backend, "--trace", traces, *model))
     rows, tables = [], []
-    for name in ("ddp", "zero1", "zero2", "zero3", "tp", "pp"):
+    for name in args.strategies.split(","):
         figures = {}
         for mode, extra in MODES:
             out = folder / f"{name}-{mode.replace(' ', '-')}.jsonl"
-            stdout = torchrun(args.nproc, "replay.py", folder / "trace" / name, "--backend",
+            stdout = torchrun(args.nproc, "replay.py", traces / name, "--backend",
                               args.backend, "--repeat", args.repeat, "--top", "0", "--output",
                               out, *extra)
             figures[mode] = summary(out)["prediction"]["total"]

@@ -13,6 +13,8 @@ back to back, replay.py --isolated, and the variants that isolate a cause of a d
   untouched  back to back, every call's buffers allocated anew with torch.empty: the pages'
              first touch inside the call
   isolated-fresh  --isolated with fresh's buffers: PARAM's way on both counts
+  isolated-param-timer  --isolated, the timer as PARAM's paramProfile: time.monotonic inside
+             torch's record_function
   lateness   --isolated's barriers, but the timer started before the barrier: the call's
              time with the peer's lateness in it
 
@@ -46,7 +48,8 @@ ROWS = [("all_reduce", 4 * KIB), ("all_reduce", 64 * KIB), ("all_reduce", 1024 *
         ("all_to_all", 1024 * KIB)]
 NAMES = {"all_gather_base": "all_gather", "reduce_scatter_base": "reduce_scatter",
          "all_to_allv": "all_to_all"}
-VARIANTS = ("back to back", "isolated", "fresh", "untouched", "isolated-fresh", "lateness")
+VARIANTS = ("back to back", "isolated", "fresh", "untouched", "isolated-fresh",
+            "isolated-param-timer", "lateness")
 
 
 def trace(folder, world_size, calls_a_row=5):
@@ -129,7 +132,27 @@ def variant_main(variant, argv):
             start, _ = isolated(self, call, inp, out)
             return start, time.perf_counter() - began  # the barrier's wait counted in
         engine.Replayer._isolated = late
+    if variant == "isolated-param-timer":
+        engine.Replayer._isolated = param_timed
     main(argv)
+
+
+def param_timed(self, call, inp, out):
+    """_isolated with PARAM's timer (paramProfile): record_function entered, then
+    time.monotonic around the issue and the wait."""
+    from torch.autograd.profiler import record_function
+    group = self._barrier_group(call)
+    self.comm.synchronize()
+    self.dist.barrier(group=group)
+    self.comm.synchronize()
+    with record_function("# PARAM replay"):
+        start = time.monotonic()
+        for work in self.issue(call, inp, out):
+            work.wait()
+        self.comm.synchronize()
+        seconds = time.monotonic() - start
+    self.dist.barrier(group=group)
+    return start, seconds
 
 
 def main():
@@ -147,14 +170,17 @@ def main():
     variants = args.variants.split(",")
     medians = {name: [] for name in ("PARAM", *variants)}  # per round: {row: median}
     for number in range(args.rounds):
-        out = folder / f"param-{number}"
-        out.mkdir()
-        rows = param_round(args, folder / "trace", out)
-        medians["PARAM"].append({k: statistics.median(v) for k, v in rows.items()})
-        for variant in variants:
-            rows = ours_round(args, folder / "trace",
-                              folder / f"{variant.replace(' ', '-')}-{number}.jsonl", variant)
-            medians[variant].append({k: statistics.median(v) for k, v in rows.items()})
+        order = ["PARAM", *variants]
+        shift = number % len(order)  # each round starts with another: no one always first
+        for name in order[shift:] + order[:shift]:
+            if name == "PARAM":
+                out = folder / f"param-{number}"
+                out.mkdir()
+                rows = param_round(args, folder / "trace", out)
+            else:
+                rows = ours_round(args, folder / "trace",
+                                  folder / f"{name.replace(' ', '-')}-{number}.jsonl", name)
+            medians[name].append({k: statistics.median(v) for k, v in rows.items()})
         print(f"round {number + 1} of {args.rounds} done", file=sys.stderr)
     print(table(medians, variants, args))
     print(f"(trace and results in {folder})", file=sys.stderr)

@@ -53,7 +53,9 @@ def test_a_gaps_compute_lands_within_a_fifth_of_the_gap(kernel):
 
 def test_the_jobs_gaps_from_a_ranks_calls():
     """From the end of the call before (an asynchronous call's issue: the job computed while it
-    flew; a wait's end) to the call's start; the first call's from the origin; none untimed."""
+    flew; a wait's end) to the call's start; the first call's from the origin; none untimed.
+    An asynchronous call whose wait is the recorder's guess (DDP's future) ends at its
+    completion: the job blocked in C++ until then."""
     calls = [Call(0, "all_reduce", duration_s=0.002), Call(1, "all_gather", req=1,
                                                            duration_s=0.5),
              Call(2, "wait", waits=[1], duration_s=0.001), Call(3, "broadcast", duration_s=0.1),
@@ -62,6 +64,10 @@ def test_the_jobs_gaps_from_a_ranks_calls():
     got = compute.gaps(offsets, calls)
     assert got[:4] == pytest.approx([0.010, 0.008, 0.010, 0.004]) and got[4:] == [None, None]
     assert compute.gaps([0.0, 0.001], calls[:1] * 2) == [0.0, 0.0]  # overlapping: no gap
+    ddp = [Call(0, "all_reduce", req=0, duration_s=0.046),
+           Call(1, "wait", waits=[0], function="future", duration_s=0.0),
+           Call(2, "all_reduce", req=1, duration_s=0.02)]
+    assert compute.gaps([1.0, 1.046, 4.0], ddp) == pytest.approx([1.0, 0.0, 2.954])
 
 
 def parse(*words):

@@ -59,22 +59,24 @@ def units_for(gap_s, calibration):
 
 
 def gaps(offsets, calls):
-    """Each call's gap before it in the job: from the end of the rank's call before (its start
-    where it was asynchronous: the job went on computing while it flew; a wait's end where the
-    rank blocked) to its start. `offsets`: each call's start on the shared clock from the
-    pass's origin (None where the trace has no times); the first call's gap is its offset.
-    None where a call or the one before has no times."""
-    result, end = [], 0.0
+    """Each call's gap before it in the job: from the end of the rank's call before to its
+    start. The end: a synchronous call's completion; a wait's end; an asynchronous call's issue
+    where the trace has its wait (the job went on computing while it flew, until it waited),
+    but its completion where the wait is the recorder's guess (`function: future`: DDP's
+    reducer waited for it in C++ at once, the rank blocked). `offsets`: each call's start on
+    the shared clock from the pass's origin (None where the trace has no times); the first
+    call's gap is its offset. None where a call or the one before has no times."""
+    guessed = {req for call in calls if call.op == "wait" and call.function == "future"
+               for req in call.waits or ()}
+    result: list = []
+    end: float | None = 0.0
     for offset, call in zip(offsets, calls):
-        if offset is None or end is None:
-            result.append(None)
-        else:
-            result.append(max(0.0, offset - end))
+        result.append(None if offset is None or end is None else max(0.0, offset - end))
         if offset is None:
             end = None
-        else:
-            blocked = 0.0 if call.asynchronous or call.duration_s is None else call.duration_s
-            end = offset + blocked
+            continue
+        flew = call.asynchronous and call.req not in guessed
+        end = offset + (0.0 if flew or call.duration_s is None else call.duration_s)
     return result
 
 
