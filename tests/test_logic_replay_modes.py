@@ -29,6 +29,21 @@ def test_a_gap_becomes_the_units_that_take_it_on_a_steady_kernel():
     assert compute.units_for(0.0, calibration) == 0 and compute.units_for(-1, calibration) == 0
 
 
+def test_a_fill_ends_within_a_slice_of_its_time_when_the_kernel_slows_down():
+    """Calibrated at 0.2 ms a unit; a neighbour then doubles it: the fill still ends within a
+    slice of its time (slices of 5 ms at the calibrated rate, the clock read between them)."""
+    now, unit = [0.0], [0.2e-3]
+
+    def run(count):
+        now[0] += count * unit[0]
+    calibration = compute.calibrate("memory", run, clock=lambda: now[0])
+    unit[0] = 0.4e-3
+    for seconds in (0.0, 0.003, 0.05, 1.0):
+        began = now[0]
+        compute.fill(seconds, run, calibration, clock=lambda: now[0])
+        assert seconds - 0.2e-3 <= now[0] - began <= seconds + 2 * compute.SLICE_S, seconds
+
+
 @pytest.mark.parametrize("kernel", compute.KERNELS)
 def test_a_gaps_compute_lands_within_a_fifth_of_the_gap(kernel):
     """The real kernels, calibrated and timed on this thread's CPU clock (what the rank's own

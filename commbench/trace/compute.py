@@ -1,12 +1,14 @@
 """replay.py --pace compute: the job's gaps between calls filled with compute of the gap's
-length on the rank's own thread, instead of a sleep.
+length on the rank's own thread, instead of a sleep: before each call, compute for the job's
+gap before it or until the call's start in the job, whichever is sooner, then wait for that
+start as --pace does.
 
 The logic is torch-free (a kernel is any callable doing n units of work; the clock is given):
 `calibrate` times the kernel once per rank, before the passes, and keeps its units a second;
-`units_for` turns a gap into units by that rate; `gaps` reads the job's gaps from a rank's
-calls. The kernels themselves (`kernel`) are torch's: a dense matmul (the default, the job's
-own kind of compute) or a memory-bound loop (an element-wise add over buffers larger than a
-core's cache)."""
+`units_for` turns a gap into units by that rate, `fill` computes for a time in slices of them;
+`gaps` reads the job's gaps from a rank's calls. The kernels themselves (`kernel`) are
+torch's: a dense matmul (the default, the job's own kind of compute) or a memory-bound loop (an
+element-wise add over buffers larger than a core's cache)."""
 
 import time
 from dataclasses import dataclass
@@ -56,6 +58,23 @@ def calibrate(kernel_name, run, clock=time.perf_counter, at_least_s=0.05, rounds
 def units_for(gap_s, calibration):
     """The units of compute that take `gap_s` at the calibrated rate (0 for no gap)."""
     return max(0, round(gap_s * calibration.units_per_s))
+
+
+SLICE_S = 0.005  # fill() computes in slices of this much, the clock read between them
+
+
+def fill(seconds, run, calibration, clock=time.perf_counter):
+    """Compute for `seconds`: slices of units_for(SLICE_S) or less, until what is left is
+    under half a unit. A neighbour that slows the kernel down makes the slices longer, not
+    the fill: it ends within a slice of `seconds` whatever the rate does after the
+    calibration. The units run."""
+    until, done = clock() + seconds, 0
+    while True:
+        units = units_for(min(until - clock(), SLICE_S), calibration)
+        if units <= 0:
+            return done
+        run(units)
+        done += units
 
 
 def gaps(offsets, calls):

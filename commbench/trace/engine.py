@@ -146,10 +146,12 @@ class Replayer:
 
     def _arrive(self, call, index, began, base):
         """--pace: wait until `call`'s start in the job, on the shared clock; with --pace
-        compute, first the job's gap before it filled with compute."""
+        compute, first the job's gap before it filled with compute (cut short at the call's
+        start in the job: a call late already gets less, so the ranks keep the job's
+        arrivals)."""
         at = began + (self.trace.shared_start(self.rank, call) - base)
-        if self.fill_gap is not None and self.gaps[index]:
-            self.fill_gap(self.gaps[index])
+        if self.fill_gap is not None and self.gaps[index]:  # no later than the call's start
+            self.fill_gap(min(self.gaps[index], at - time.perf_counter()))
         while time.perf_counter() < at:  # a job's gap, however long, is no stall
             time.sleep(max(0.0, min(1.0, at - time.perf_counter())))
             self.steps += 1

@@ -331,7 +331,7 @@ def _calibrate(comm, trace, replayer, kernel):
     offsets = [None if call.start_s is None else trace.shared_start(comm.global_rank, call) - base
                for call in replayer.calls]
     replayer.gaps = compute.gaps(offsets, replayer.calls)
-    replayer.fill_gap = lambda seconds: run(compute.units_for(seconds, calibration))
+    replayer.fill_gap = lambda seconds: compute.fill(seconds, run, calibration)
 
 
 def _positions(comm, replayer):
