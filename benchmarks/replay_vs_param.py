@@ -85,10 +85,11 @@ def torchrun(nproc, port, *args):
 
 
 def param_round(args, folder, out):
-    env = {"PYTHONPATH": f"{Path(args.param).parent}:{args.param}:{args.deps}"}
-    run(torchrun(args.nproc, args.port, WRAPPER, "--trace-path", folder, "--trace-type", "basic",
-                 "--backend", "gloo", "--device", "cpu", "--num-replays", args.passes,
-                 "--output-path", out), env)
+    if not args.again:
+        env = {"PYTHONPATH": f"{Path(args.param).parent}:{args.param}:{args.deps}"}
+        run(torchrun(args.nproc, args.port, WRAPPER, "--trace-path", folder, "--trace-type",
+                     "basic", "--backend", "gloo", "--device", "cpu", "--num-replays",
+                     args.passes, "--output-path", out), env)
     rows = {}
     for entry in json.loads((out / "replayedCommsPerf.rank0.json").read_text()):
         name = entry.get("comms")
@@ -100,9 +101,10 @@ def param_round(args, folder, out):
 
 def ours_round(args, folder, out, variant):
     flags = ["--isolated"] if variant.startswith("isolated") or variant == "lateness" else []
-    run(torchrun(args.nproc, args.port, Path(__file__), "--variant", variant, "--", folder,
-                 "--backend", "gloo", "--repeat", args.passes, "--top", "0", "--output", out,
-                 "--overwrite", *flags), {"PYTHONPATH": str(ROOT)})
+    if not args.again:
+            run(torchrun(args.nproc, args.port, Path(__file__), "--variant", variant, "--", folder,
+                     "--backend", "gloo", "--repeat", args.passes, "--top", "0", "--output",
+                     out, "--overwrite", *flags), {"PYTHONPATH": str(ROOT)})
     rows = {}
     for line in out.read_text().splitlines():
         record = json.loads(line)
@@ -164,9 +166,12 @@ def main():
     parser.add_argument("--passes", type=int, default=10)
     parser.add_argument("--port", type=int, default=37100)
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--again", default=None, metavar="DIR",
+                        help="print the tables of a finished run's files again, running nothing")
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="replay-vs-param-"))
-    trace(folder / "trace", args.nproc)
+    folder = Path(args.again) if args.again else Path(tempfile.mkdtemp(prefix="replay-vs-param-"))
+    if not args.again:
+        trace(folder / "trace", args.nproc)
     variants = args.variants.split(",")
     medians = {name: [] for name in ("PARAM", *variants)}  # per round: {row: median}
     for number in range(args.rounds):
@@ -175,29 +180,33 @@ def main():
         for name in order[shift:] + order[:shift]:
             if name == "PARAM":
                 out = folder / f"param-{number}"
-                out.mkdir()
+                out.mkdir(exist_ok=True)
                 rows = param_round(args, folder / "trace", out)
             else:
                 rows = ours_round(args, folder / "trace",
                                   folder / f"{name.replace(' ', '-')}-{number}.jsonl", name)
             medians[name].append({k: statistics.median(v) for k, v in rows.items()})
-        print(f"round {number + 1} of {args.rounds} done", file=sys.stderr)
-    print(table(medians, variants, args))
+        if not args.again:
+            print(f"round {number + 1} of {args.rounds} done", file=sys.stderr)
+    print(table(medians, variants, args, statistics.median, "the median of the rounds' medians"))
+    print()
+    print(table(medians, variants, args, min, "the least of the rounds' medians (the round "
+                "least disturbed by the machine's other users)"))
     print(f"(trace and results in {folder})", file=sys.stderr)
 
 
-def table(medians, variants, args):
+def table(medians, variants, args, pick, picked):
     lines = [f"{args.nproc} ranks, gloo, {args.rounds} interleaved rounds of {args.passes} "
-             "passes; rank 0's median per call (us), the median of the rounds' medians; "
-             "x PARAM in brackets",
+             f"passes; rank 0's median per call (us), {picked}; x PARAM in brackets; PARAM's "
+             "each round in square brackets",
              "| op | size | PARAM | " + " | ".join(variants) + " |",
              "|---|---|---|" + "---|" * len(variants)]
     for op, nbytes in ROWS:
         key = (NAMES.get(op, op), nbytes)
-        param = statistics.median(m[key] for m in medians["PARAM"])
+        param = pick(m[key] for m in medians["PARAM"])
         cells = []
         for variant in variants:
-            ours = statistics.median(m[key] for m in medians[variant])
+            ours = pick(m[key] for m in medians[variant])
             cells.append(f"{ours * 1e6:.0f} ({ours / param:.2f})")
         rounds = "/".join(f"{m[key] * 1e6:.0f}" for m in medians["PARAM"])
         lines.append(f"| {key[0]} | {nbytes // KIB} KiB | {param * 1e6:.0f} [{rounds}] | "
