@@ -1,10 +1,12 @@
 """How close a replay comes to the job it was recorded from, for the six parallel strategies.
 
 Runs parallel_bench.py once with --trace (the default model, or --quick's small one), then
-replays each strategy's trace twice on the same ranks: back to back (replay.py's default) and
---pace (the job's gaps between calls kept). Prints, per strategy, the job's communication time
-per step (the slowest rank's sum of its calls' times, as the recorder measured them inside the
-job) beside each replay's, and their ratios; then each strategy's table by op kind.
+replays each strategy's trace on the same ranks in every mode: back to back (replay.py's
+default), --isolated (each call between barriers), --pace (the job's gaps between calls kept,
+slept through) and --pace compute (the gaps filled with calibrated compute). Prints, per
+strategy, the job's communication time per step (the slowest rank's sum of its calls' times,
+as the recorder measured them inside the job) beside each replay's, and their ratios; the same
+for the time with a call in flight; then each strategy's table by op kind, back to back.
 
   .venv/bin/python benchmarks/replay_prediction.py                 # 2 ranks, gloo
   .venv/bin/python benchmarks/replay_prediction.py --nproc 3 --quick
@@ -23,13 +25,28 @@ QUICK = ["--hidden", "48", "--layers", "3", "--heads", "6", "--vocab", "128", "-
          "--micro-batch", "2", "--micro-batches", "2"]
 
 
+MODES = (("back to back", []), ("isolated", ["--isolated"]), ("paced", ["--pace"]),
+         ("compute", ["--pace", "compute"]))
+PORT = [29731]
+
+
 def torchrun(nproc, *args):
-    command = [str(BIN / "torchrun"), f"--nproc_per_node={nproc}", "--master_port=29731",
+    command = [str(BIN / "torchrun"), f"--nproc_per_node={nproc}", f"--master_port={PORT[0]}",
                *map(str, args)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     if done.returncode:
         sys.exit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
     return done.stdout
+
+
+def cells(figures, key, steps):
+    """The job's time per step, then each mode's with its ratio to the job's (ms)."""
+    job = figures["back to back"][f"job_{key}s"] / steps
+    found = [f"{job * 1e3:.2f}"]
+    for mode, _ in MODES:
+        replay = figures[mode][f"replay_{key}s"] / steps
+        found.append(f"{replay * 1e3:.2f} ({replay / job:.2f})")
+    return found
 
 
 def summary(path):
@@ -44,36 +61,38 @@ def main():
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--backend", default="gloo")
     parser.add_argument("--quick", action="store_true", help="the tests' small model")
+    parser.add_argument("--port", type=int, default=29731)
+    parser.add_argument("--traces", default=None, metavar="DIR",
+                        help="replay the traces of an earlier run (DIR/<strategy>, recorded with "
+                             "--steps steps) instead of recording a job")
+    parser.add_argument("--strategies", default="ddp,zero1,zero2,zero3,tp,pp")
     args = parser.parse_args()
+    PORT[0] = args.port
     folder = Path(tempfile.mkdtemp(prefix="replay-prediction-"))
     model = QUICK if args.quick else []
-    print(torchrun(args.nproc, "parallel_bench.py", "--strategy", "all", "--steps", args.steps,
-                   "--backend", args.backend, "--trace", folder / "trace", *model))
+    traces = Path(args.traces) if args.traces else folder / "trace"
+    if not args.traces:
+        print(torchrun(args.nproc, "parallel_bench.py", "--strategy", "all", "--steps",
+                       args.steps, "--backend", args.backend, "--trace", traces, *model))
     rows, tables = [], []
-    for name in ("ddp", "zero1", "zero2", "zero3", "tp", "pp"):
+    for name in args.strategies.split(","):
         figures = {}
-        for mode, extra in (("back to back", []), ("paced", ["--pace"])):
+        for mode, extra in MODES:
             out = folder / f"{name}-{mode.replace(' ', '-')}.jsonl"
-            stdout = torchrun(args.nproc, "replay.py", folder / "trace" / name, "--backend",
+            stdout = torchrun(args.nproc, "replay.py", traces / name, "--backend",
                               args.backend, "--repeat", args.repeat, "--top", "0", "--output",
                               out, *extra)
             figures[mode] = summary(out)["prediction"]["total"]
             if mode == "back to back":
                 tables.append(f"### {name}\n\n```\n{stdout.strip()}\n```")
-        cells = []
-        for key in ("", "in_flight_"):
-            job = figures["back to back"][f"job_{key}s"] / args.steps
-            b2b = figures["back to back"][f"replay_{key}s"] / args.steps
-            paced = figures["paced"][f"replay_{key}s"] / args.steps
-            cells += [f"{job * 1e3:.2f}", f"{b2b * 1e3:.2f} ({b2b / job:.2f})",
-                      f"{paced * 1e3:.2f} ({paced / job:.2f})"]
-        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+        rows.append([name] + [cells(figures, key, args.steps) for key in ("", "in_flight_")])
     print(f"Communication per step, ms (replay/job in brackets), the slowest rank's, "
-          f"{args.nproc} ranks, {args.backend}:\n")
-    print("| strategy | sum of call times: job | replay | replay --pace | time with a call in "
-          "flight: job | replay | replay --pace |")
-    print("|---|---|---|---|---|---|---|")
-    print("\n".join(rows))
+          f"{args.nproc} ranks, {args.backend}:")
+    for at, what in ((1, "the sum of call times"), (2, "the time with a call in flight")):
+        print(f"\n{what}:\n")
+        print("| strategy | job | back to back | --isolated | --pace | --pace compute |")
+        print("|---|---|---|---|---|---|")
+        print("\n".join(f"| {row[0]} | " + " | ".join(row[at]) + " |" for row in rows))
     print("\n" + "\n\n".join(tables))
     print(f"\n(traces and replays in {folder})", file=sys.stderr)
 

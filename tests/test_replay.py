@@ -179,6 +179,8 @@ def test_a_job_recording_itself_replays_and_two_replays_compare(tmp_path, nproc)
         assert_same_sequence(calls, records(out))
         assert re.search(r"per step \S+ \S+ over 2 steps", result.stdout), result.stdout
         outputs.append(out)
+    if nproc == 3:
+        assert_modes_check(trace, calls, tmp_path, nproc)
     if nproc == 1:
         paced = replay(trace, "--pace", "--repeat", "2", nproc=1)
         assert paced.returncode == 0 and "paced" in paced.stdout, paced
@@ -203,6 +205,35 @@ def test_a_job_recording_itself_replays_and_two_replays_compare(tmp_path, nproc)
                          env=base_env(), capture_output=True, text=True, timeout=60)
     assert dry.returncode == 0, dry.stderr
     assert f"{nproc} ranks" in dry.stdout and "nothing was sent" in dry.stdout
+
+
+MODES = (("--isolated",), ("--pace", "compute"))
+TITLES = {"--isolated": "isolated", "--pace": "paced, gaps filled with matmul compute"}
+
+
+def assert_modes_check(trace, calls, tmp_path, nproc):
+    """--isolated and --pace compute, one launch each: 0 wrong, the mode in the table's title
+    and the results file, the calibration in the start-up lines."""
+    for flags in MODES:
+        out = tmp_path / f"mode{flags[0]}.jsonl"
+        result = replay(trace, "--check", "--repeat", "2", "--top", "0", "--backend", "gloo",
+                        "--output", out, *flags, nproc=nproc)
+        assert_checked(result, calls)
+        title = TITLES[flags[0]]
+        assert f"after 1 warmup, {title} " in result.stdout, result.stdout
+        assert records(out)[0]["mode"] == title
+        if flags[0] == "--pace":
+            assert re.search(r"--pace compute: the job's gaps filled with matmul compute .*"
+                             r"calibrated on every rank at once .*: [\d,]+(, [\d,]+)+ units/s",
+                             result.stderr), result.stderr
+
+
+def test_isolated_and_pace_compute_at_2_ranks_and_their_bad_combination(tmp_path):
+    """A trace the suite recorded (tests/data/traced-2ranks: traced_job.py on 2 ranks)."""
+    trace = DATA / "traced-2ranks"
+    assert_modes_check(trace, recorded_calls(trace, 2), tmp_path, 2)
+    refused = replay(trace, "--pace", "--isolated", timeout=120)
+    assert_one_line(refused, "--isolated and --pace do not go together")
 
 
 # ------------------------------------------------------------------------ others' formats

@@ -7,6 +7,12 @@ one's from its issue to its completion (its Work's future where it has one, else
 its wait), as the recorder measured the job's. A pass's time runs from a barrier to the last
 completion.
 
+Isolated (replay.py --isolated), each call is timed as PARAM's comms replay times it in its
+default, blocking mode (train/comms/pt/commsTraceReplay.py, runComms): a barrier of the call's
+group (device synchronised before and after), then the timer from the issue to the call's
+completion (its Works waited, the device synchronised), then another barrier, untimed. An
+asynchronous call is waited at once; the trace's wait for it is then a no-op.
+
 With `check`, inputs hold known values and each output is compared once its call is complete:
 ones for the reductions (the sum is the group's size, exact in every dtype up to 256 ranks), and
 w(sender, receiver) = (7 sender + 3 receiver) mod 97 + 1 for whatever travels from one rank to
@@ -82,11 +88,19 @@ class Replayer:
         self.pool = Pool(comm.device)
         self.handles = {}  # group (global ranks) -> ProcessGroup, for this rank's groups
         self.world = tuple(range(trace.world_size))
+        self.fill_gap = None  # --pace compute: fill_gap(seconds) computes that long
+        self.gaps = [None] * len(self.calls)  # the job's gap before each call (compute.gaps)
 
-    def make_groups(self):
-        """Every group of the trace, on every rank, in one order (trace.all_groups)."""
+    def make_groups(self, pairs=False):
+        """Every group of the trace, on every rank, in one order (trace.all_groups); with
+        `pairs` (--isolated) also every pair of ranks that send to each other, for the barrier
+        that isolates a send or a receive."""
         made = []
-        for group in self.trace.all_groups():
+        extra = sorted({tuple(sorted((rank, call.peer))) for rank, calls in self.trace.ranks.items()
+                        for call in calls if call.op in ("send", "recv")}) if pairs else []
+        known = set(self.trace.all_groups())
+        for group in self.trace.all_groups() + [p for p in extra
+                                                if p not in known and p != self.world]:
             handle = torch.distributed.new_group(list(group))
             if self.rank in group:
                 self.handles[group] = handle
@@ -95,6 +109,52 @@ class Replayer:
 
     def _group(self, call):
         return None if call.group in ((), self.world) else self.handles[call.group]
+
+    def _barrier_group(self, call):
+        """--isolated: the group whose barrier sets `call` apart: its own; for a send or a
+        receive the pair's; for a batch the world's."""
+        if call.op in ("send", "recv"):
+            pair = tuple(sorted((self.rank, call.peer)))
+            return None if pair == self.world else self.handles[pair]
+        return None if call.op == "batch" else self._group(call)
+
+    def _isolated(self, call, inp, out):
+        """(start, seconds) of `call` alone between barriers, timed as PARAM's runComms."""
+        group, comm = self._barrier_group(call), self.comm
+        comm.synchronize()
+        self.dist.barrier(group=group)
+        comm.synchronize()
+        start = time.perf_counter()
+        for work in self.issue(call, inp, out):
+            work.wait()
+        comm.synchronize()
+        seconds = time.perf_counter() - start
+        self.dist.barrier(group=group)
+        return start, seconds
+
+    def _back_to_back(self, call, inp, out, inflight, times):
+        """Issue `call` and time it; an asynchronous one is put in flight instead, timed at its
+        completion. Its start."""
+        start = time.perf_counter()
+        works = self.issue(call, inp, out)
+        if call.asynchronous and works:
+            inflight[call.req] = _InFlight(call, works, (inp, out), start)
+            return start
+        self.comm.synchronize()
+        times[call.index] = time.perf_counter() - start
+        return start
+
+    def _arrive(self, call, index, began, base):
+        """--pace: wait until `call`'s start in the job, on the shared clock; with --pace
+        compute, first the job's gap before it filled with compute (cut short at the call's
+        start in the job: a call late already gets less, so the ranks keep the job's
+        arrivals)."""
+        at = began + (self.trace.shared_start(self.rank, call) - base)
+        if self.fill_gap is not None and self.gaps[index]:  # no later than the call's start
+            self.fill_gap(min(self.gaps[index], at - time.perf_counter()))
+        while time.perf_counter() < at:  # a job's gap, however long, is no stall
+            time.sleep(max(0.0, min(1.0, at - time.perf_counter())))
+            self.steps += 1
 
     def reduce_op(self, call):
         """The layer's own ReduceOp member (deepspeed.comm has its own enum)."""
@@ -132,7 +192,7 @@ class Replayer:
 
     # -- a pass
 
-    def run_pass(self, check=False, pace=False):
+    def run_pass(self, check=False, pace=False, isolated=False):
         """(seconds of each call, None for waits; its start from the pass's start; wrong
         elements of each call; the pass's seconds)."""
         calls, comm, trace = self.calls, self.comm, self.trace
@@ -165,10 +225,7 @@ class Replayer:
             self.current_call = call
             self.steps += 1
             if pace and call.start_s is not None:
-                at = began + (trace.shared_start(self.rank, call) - base)
-                while time.perf_counter() < at:  # a job's gap, however long, is no stall
-                    time.sleep(max(0.0, min(1.0, at - time.perf_counter())))
-                    self.steps += 1
+                self._arrive(call, call.index, began, base)
             if call.op == "wait":
                 for req in call.waits:
                     finish(req)
@@ -176,14 +233,13 @@ class Replayer:
             inp, out = self.buffers(call)
             if check:
                 self.fill(call, inp, out)
-            start = time.perf_counter()
+            if isolated:
+                start, times[call.index] = self._isolated(call, inp, out)
+            else:
+                start = self._back_to_back(call, inp, out, inflight, times)
             starts[call.index] = start - began
-            works = self.issue(call, inp, out)
-            if call.asynchronous and works:
-                inflight[call.req] = _InFlight(call, works, (inp, out), start)
-                continue
-            comm.synchronize()
-            times[call.index] = time.perf_counter() - start
+            if call.req is not None and call.req in inflight:
+                continue  # its time and its check at its wait
             if check:
                 wrong[call.index] = self.wrong(call, inp, out)
             self._release(inp, out)

@@ -18,7 +18,7 @@ from ..records import provenance
 from ..bench import trials as encoding
 from ..cli import add_local_rank_flag, add_store_flags, add_timeout_flag
 from ..ranks.comm import init_comm
-from ..errors import BenchmarkError
+from ..errors import BenchmarkError, UsageError
 from ..flags import UsageParser, prog
 from ..ranks.guard import agree_to_go_on, stall_deadline
 from ..ranks.launch import discover_launch_env
@@ -30,7 +30,10 @@ from ..table import emit, note, output_failure, print_rank_0
 from . import agree, summary
 from .engine import Replayer, bytes_in_flight
 from .formats import FORMAT_NAMES, read
+from . import compute
 from .model import KINDS, TraceError
+
+PACES = ("sleep", "compute")
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,9 @@ class ReplaySettings:
     timeout: float
     warmup: int
     repeat: int
-    pace: bool
+    pace: str | None  # None: back to back; "sleep" (a bare --pace) or "compute"
+    isolated: bool
+    compute_kernel: str | None
     check: bool
     per_trial: bool
     dry_run: bool
@@ -80,8 +85,16 @@ def parser():
                    help="untimed passes first (default %(default)s)")
     p.add_argument("--repeat", type=int_at_least(1), default=5,
                    help="timed passes of the whole trace (default %(default)s)")
-    p.add_argument("--pace", action="store_true",
-                   help="keep the trace's gaps between calls (default: back to back)")
+    p.add_argument("--pace", nargs="?", const="sleep", default=None, choices=PACES,
+                   help="keep the trace's gaps between calls (default: back to back): sleep "
+                        "through them (a bare --pace), or fill them with compute of the gap's "
+                        "length on the ranks' own threads (--pace compute)")
+    p.add_argument("--compute-kernel", choices=compute.KERNELS, default=None,
+                   help="--pace compute's kernel: a dense matmul (default) or a memory-bound "
+                        "add; calibrated once per rank before the passes")
+    p.add_argument("--isolated", action="store_true",
+                   help="each call alone between barriers of its group, timed from its issue "
+                        "to its completion, as PARAM's comms replay times it")
     p.add_argument("--check", action="store_true",
                    help="one more pass with known inputs, every output compared (0 wrong "
                         "expected; exit 1 otherwise)")
@@ -179,7 +192,8 @@ def meta(args, comm, trace):
     return {"type": "meta", "kind": "replay", "trace": os.path.abspath(args.trace),
             "trace_format": trace.format, "trace_source": trace.source,
             "trace_steps": trace.steps, **provenance.placed(comm), "warmup": args.warmup,
-            "repeat": args.repeat, "pace": args.pace, "check": args.check, **provenance.stamped()}
+            "repeat": args.repeat, "pace": args.pace is not None, "mode": mode(args),
+            "check": args.check, **provenance.stamped()}
 
 
 def open_output(args, comm, trace):
@@ -255,8 +269,7 @@ def run(args):
     check_memory(comm, trace)
     for line in describe(trace):
         note(comm, line)
-    replayer = Replayer(comm, trace, rank)
-    replayer.make_groups()
+    replayer = _replayer(comm, trace, args)
     writer = open_output(args, comm, trace)
     post = _positions(comm, replayer)
     record = _failure_record(writer)
@@ -275,7 +288,8 @@ def run(args):
             times, starts, passes, came = [], [], [], []
             for number in range(args.repeat):
                 post(f"pass {number + 1} of {args.repeat}")
-                call_times, call_starts, _, seconds = replayer.run_pass(pace=args.pace)
+                call_times, call_starts, _, seconds = replayer.run_pass(
+                    pace=args.pace is not None, isolated=args.isolated)
                 times.append(call_times)
                 starts.append(call_starts)
                 passes.append(seconds)
@@ -301,6 +315,32 @@ def run(args):
     moved = own and written_elsewhere(own.asked, own.path)
     if moved:
         note(comm, moved)
+
+
+def _replayer(comm, trace, args):
+    """The rank's Replayer, its groups made (--isolated: its pairs' too), --pace compute's
+    kernel calibrated."""
+    replayer = Replayer(comm, trace, comm.global_rank)
+    replayer.make_groups(pairs=args.isolated)
+    if args.pace == "compute":
+        _calibrate(comm, trace, replayer, args.compute_kernel)
+    return replayer
+
+
+def _calibrate(comm, trace, replayer, kernel):
+    """--pace compute: the kernel calibrated on every rank at once (as the gaps will run it:
+    beside the other ranks' compute), its rates said in the start-up lines; the rank's gaps."""
+    run = compute.kernel(kernel, comm.device)
+    run(1)  # its first call allocates and warms the library up
+    comm.sync_all()
+    calibration = compute.calibrate(kernel, run)
+    rates = comm.gather_figures([calibration.units_per_s])
+    note(comm, compute.describe([compute.Calibration(kernel, row[0], 0.0) for row in rates]))
+    base = trace.origin()
+    offsets = [None if call.start_s is None else trace.shared_start(comm.global_rank, call) - base
+               for call in replayer.calls]
+    replayer.gaps = compute.gaps(offsets, replayer.calls)
+    replayer.fill_gap = lambda seconds: compute.fill(seconds, run, calibration)
 
 
 def _positions(comm, replayer):
@@ -352,7 +392,7 @@ def report(args, comm, trace, everyone, writer, per_trial=None):
     table = summary.kinds_table(trace, everyone)
     title = (f"---- replay of {args.trace} on {comm.world_size} ranks ({comm.backend}, "
              f"{args.dist}), {args.repeat} pass{'es' if args.repeat != 1 else ''} after "
-             f"{args.warmup} warmup, {'paced' if args.pace else 'back to back'} ").ljust(100, "-")
+             f"{args.warmup} warmup, {mode(args)} ").ljust(100, "-")
     lines = summary.kinds_lines(table, title)
     lines.append(summary.pass_line(figures, args.repeat, trace.steps))
     predicted = summary.prediction(trace, everyone)
@@ -393,11 +433,47 @@ def report(args, comm, trace, everyone, writer, per_trial=None):
         **({"per_trial": per_trial} if per_trial is not None else {})})
 
 
+def mode(args):
+    """The mode the table's title and the results file name."""
+    if args.isolated:
+        return "isolated"
+    if args.pace == "compute":
+        return f"paced, gaps filled with {args.compute_kernel} compute"
+    return "paced" if args.pace else "back to back"
+
+
+def bare_pace(argv):
+    """A bare --pace stays a bare --pace (sleep) before a word that is not one of its values:
+    `replay.py --pace TRACE_DIR` means what it meant before --pace took a value."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    for index, word in enumerate(words):
+        if word == "--":
+            break
+        if word == "--pace" and (index + 1 == len(words) or words[index + 1] not in PACES):
+            words[index] = "--pace=sleep"
+    return words
+
+
+def settled(namespace):
+    """Checks across the flags, before any rank connects; the kernel's default."""
+    def refuse(message):
+        raise UsageError(f"{message} (see --help)")
+    if namespace.isolated and namespace.pace:
+        refuse(f"--isolated and --pace{' compute' if namespace.pace == 'compute' else ''} do "
+               "not go together: --isolated times each call alone between barriers, --pace "
+               "keeps the job's gaps between them")
+    if namespace.compute_kernel is not None and namespace.pace != "compute":
+        refuse("--compute-kernel is --pace compute's kernel: give --pace compute too")
+    if namespace.pace == "compute" and namespace.compute_kernel is None:
+        namespace.compute_kernel = compute.DEFAULT_KERNEL
+    return namespace
+
+
 def main(argv=None):
     from ..entry import exit_without_finalising, guarded
 
     def body():
-        args = frozen(ReplaySettings, parser().parse_args(argv))
+        args = frozen(ReplaySettings, settled(parser().parse_args(bare_pace(argv))))
         if args.dry_run:
             dry_run(args)
         else:
