@@ -3,7 +3,7 @@
 A strategy is built once (`setup`), then `step()` runs one optimizer step (all micro-batches)
 and returns the mean loss over its micro-batches on the rank that knows it (`loss_rank`),
 None elsewhere. Every collective goes through torch.distributed's module-level functions,
-looked up at call time, so that the accounting (accounting.py) sees it.
+looked up at call time, so that the accounting (trace/accounting.py) sees it.
 
 - ddp: DistributedDataParallel with a comm hook (async all_reduce of each bucket, divided by
   n); gradient accumulation under no_sync() for the first m-1 micro-batches, so the gradients
