@@ -50,8 +50,9 @@ class Peak:
 
     def line(self):
         if self.spec is not None and self.spec.mode == "file":
+            count = len(self.spec.bands)
             return (f"bound: the expected figures of {self.spec.path} "
-                    f"({len(self.spec.bands)} lines, --peak)")
+                    f"({count} line{'s' if count != 1 else ''}, --peak)")
         return (self.bound or unknown("link", "-", "nothing to read it from")).line()
 
     def record(self):
