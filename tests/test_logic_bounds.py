@@ -227,6 +227,10 @@ def test_a_copys_pace_on_a_clock_it_is_handed():
     rate = memcopy.pace(lambda: copies.append(1), 1000, clock=lambda: next(ticks) * 0.001)
     # two warm-up copies, then five (5 ms < 10 ms: on to 10 ms), each 1 ms of 1000 bytes
     assert len(copies) == 2 + 10 and rate == pytest.approx(1e6)
+    # one copy interrupted for 50 ms: the fastest copy is the figure
+    times = iter([0, 1, 2, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62])
+    assert memcopy.pace(lambda: None, 1000, clock=lambda: next(times) * 0.001) == \
+        pytest.approx(1e6)
 
 
 def test_each_row_is_held_against_its_own_bound(tmp_path):
