@@ -1,11 +1,12 @@
-"""Within a host on CPUs: a measured memory copy. Every rank of a host copies at once, with its
-own threads and placement (its affinity, torch's intra-op threads), a buffer of each power of
-two from 8 B to 64 MiB into another (the op's sizes: a row takes the power of two at or below
-its own); the bound at a size is a rank's copy pace there (bytes copied a second, its fastest
-copy's, the mean over the ranks). The figures are cached by host, CPU model, ranks on the host,
-threads a rank and pinning, in the suite's cache folder (`caches.cache_dir`), and measured again
-only for sizes not yet there, or with --peak-refresh. This module times a copy it is handed and
-keeps the cache; the rank's copy itself is torch's (commbench/peak.py). Standard library only."""
+"""Within a host on CPUs: a measured memory copy. Every rank of a host copies at once, in its
+own placement (its affinity) on one thread (a backend copies on a thread of its own), a buffer
+of each power of two from 8 B to 64 MiB into another (the op's sizes: a row takes the power of
+two at or below its own); the bound at a size is a rank's copy pace there (bytes copied a
+second, its fastest copy's, the mean over the ranks). The figures are cached by host, CPU model,
+ranks on the host, threads a rank and pinning, in the suite's cache folder (`caches.cache_dir`),
+and measured again only for sizes not yet there, or with --peak-refresh. This module times a copy
+it is handed and keeps the cache; the rank's copy itself is torch's (commbench/peak.py). Standard
+library only."""
 
 import json
 import math
