@@ -227,3 +227,32 @@ def test_a_copys_pace_on_a_clock_it_is_handed():
     rate = memcopy.pace(lambda: copies.append(1), 1000, clock=lambda: next(ticks) * 0.001)
     # two warm-up copies, then five (5 ms < 10 ms: on to 10 ms), each 1 ms of 1000 bytes
     assert len(copies) == 2 + 10 and rate == pytest.approx(1e6)
+    # one copy interrupted for 50 ms: the fastest copy is the figure
+    times = iter([0, 1, 2, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62])
+    assert memcopy.pace(lambda: None, 1000, clock=lambda: next(times) * 0.001) == \
+        pytest.approx(1e6)
+
+
+def test_each_row_is_held_against_its_own_bound(tmp_path):
+    from commbench.ranks.peak import Peak
+    host = bounds.Host("vm", "AMD EPYC", 2, 1, False)
+    copies = {1 << 20: 80.0, 2 << 20: 40.0, memcopy.LARGEST_COPY: 20.0}
+    auto = Peak(bounds.parse_peak("auto"), memcopy.summary(copies, host), copies, host)
+    assert auto.line() == "bound: memory copy 10 GB/s (measured, 2 threads)"
+    # 3 MiB is held against the 2 MiB copy, 1 GiB against the largest one
+    assert auto.at("all_reduce", 3 << 20).gbps == 40 and auto.at("all_reduce", 1 << 30).gbps == 20
+    text, fields = auto.row("all_reduce", 1 << 20, 5e9, raw=False)  # 40 Gbit/s of 80
+    assert text == "50.0" and fields["peak_fraction"] == 0.5
+    assert fields["bound"] == {"kind": "memory copy", "name": "memory copy", "gbps": 80.0,
+                               "source": "measured, 2 threads"}
+    assert auto.row("all_reduce", 1 << 20, 5e9, raw=True)[0] == "0.500"
+    assert auto.row("barrier", 0, None, raw=False) == ("-", {"bound": None, "peak_fraction": None})
+    path = tmp_path / "f.peak"
+    path.write_text("all_reduce - 40gbit\n")
+    given = Peak(bounds.parse_peak(str(path)), None)
+    assert given.row("all_reduce", 8, 2.5e9, raw=False)[0] == "50.0"
+    assert given.row("all_gather", 8, 2.5e9, raw=False)[0] == "-"  # no line covers it
+    assert given.line() == f"bound: the expected figures of {path} (1 line, --peak)"
+    assert given.record() == {"spec": str(path), "bound": None}
+    unknown = Peak(None, bounds.unknown("link", "eth0", "eth0 reports no speed"))
+    assert not unknown.column and unknown.line() == "bound: unknown (eth0 reports no speed)"

@@ -1,13 +1,15 @@
-"""Within a host on CPUs: a measured memory copy. Every rank of a host copies at once, with its
-own threads and placement (its affinity, torch's intra-op threads), a buffer of each power of
-two from 8 B to 64 MiB into another (the op's sizes: a row takes the power of two at or below
-its own); the bound at a size is a rank's copy pace there (bytes copied a second,
-the mean over the ranks). The figures are cached by host, CPU model, ranks on the host, threads
-a rank and pinning, in the suite's cache folder (`caches.cache_dir`), and measured again only
-for sizes not yet there, or with --peak-refresh. This module times a copy it is handed and keeps
-the cache; the rank's copy itself is torch's (commbench/ranks/peak.py). Standard library only."""
+"""Within a host on CPUs: a measured memory copy. Every rank of a host copies at once, in its
+own placement (its affinity) on one thread (a backend copies on a thread of its own), a buffer
+of each power of two from 8 B to 64 MiB into another (the op's sizes: a row takes the power of
+two at or below its own); the bound at a size is a rank's copy pace there (bytes copied a
+second, its fastest copy's, the mean over the ranks). The figures are cached by host, CPU model,
+ranks on the host, threads a rank and pinning, in the suite's cache folder (`caches.cache_dir`),
+and measured again only for sizes not yet there, or with --peak-refresh. This module times a copy
+it is handed and keeps the cache; the rank's copy itself is torch's (commbench/ranks/peak.py).
+Standard library only."""
 
 import json
+import math
 import os
 import socket
 import time
@@ -79,17 +81,22 @@ def ladder():
 
 
 def pace(copy, nbytes, clock=time.perf_counter):
-    """Bytes a second that `copy()` (one copy of `nbytes`) moves: after WARMUP_COPIES, as many
-    copies as make MIN_SECONDS and at least MIN_COPIES."""
+    """Bytes a second that `copy()` (one copy of `nbytes`) moves at its fastest: after
+    WARMUP_COPIES, copies until MIN_SECONDS and MIN_COPIES have passed, each timed on its own;
+    the fastest one is the figure. A bound is what the memory can do: on a shared host a copy
+    the scheduler interrupted says nothing of it, and a mean over the copies would take it in."""
     for _ in range(WARMUP_COPIES):
         copy()
-    copies, start = 0, clock()
+    start = before = clock()
+    best, copies = math.inf, 0
     while True:
         copy()
-        copies += 1
-        elapsed = clock() - start
+        after = clock()
+        best, copies, elapsed = min(best, after - before), copies + 1, after - start
         if copies >= MIN_COPIES and elapsed >= MIN_SECONDS:
-            return nbytes * copies / elapsed
+            # a clock too coarse to time one copy: the mean over them
+            return nbytes / (best if best > 0 else elapsed / copies)
+        before = after
 
 
 def _cache_path(folder=None):

@@ -50,8 +50,9 @@ class Peak:
 
     def line(self):
         if self.spec is not None and self.spec.mode == "file":
+            count = len(self.spec.bands)
             return (f"bound: the expected figures of {self.spec.path} "
-                    f"({len(self.spec.bands)} lines, --peak)")
+                    f"({count} line{'s' if count != 1 else ''}, --peak)")
         return (self.bound or unknown("link", "-", "nothing to read it from")).line()
 
     def record(self):
@@ -93,14 +94,21 @@ def _between_hosts(comm):
 
 
 def _memory_copy(comm, spec, settings):
-    """Every rank copies each size at once, with its own threads; the cache of this host,
-    CPU, ranks and threads holds the figures after the first time (--peak-refresh: again)."""
-    host = memcopy.Host.here(comm.local_world_size, torch.get_num_threads(), settings.pin)
+    """Every rank copies each size at once, on one thread; the cache of this host, CPU, ranks
+    and pinning holds the figures after the first time (--peak-refresh: again)."""
+    # One thread a rank, in the rank's own placement: a backend copies on a thread of its own, not
+    # on torch's intra-op pool (whose threads, on a busy host, wait for CPUs at every copy: 64 KiB
+    # took 30 ms under a load of 17 on 2 cores).
+    host = memcopy.Host.here(comm.local_world_size, 1, settings.pin)
     needed = comm.global_rank == 0 and bool(memcopy.missing(host, refresh=settings.peak_refresh))
     if comm.any_rank(needed):
         started = time.monotonic()
-        sizes = memcopy.ladder()
-        mine = [_copy_pace(comm, nbytes) for nbytes in sizes]
+        sizes, threads = memcopy.ladder(), torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            mine = [_copy_pace(comm, nbytes) for nbytes in sizes]
+        finally:
+            torch.set_num_threads(threads)
         everyone = comm.gather_figures(mine)
         rates = {nbytes: sum(rank[i] for rank in everyone) / len(everyone) * 8 / 1e9
                  for i, nbytes in enumerate(sizes)}
