@@ -113,10 +113,14 @@ def test_the_build_line_comes_within_5_s_and_a_rebuild_for_another_venv_says_so(
     from commbench.ranks import builds
     empty = tmp_path / "empty"
     empty.mkdir()
+    # "Within 5 s" as behaviour, with no bound on the clock: the line comes as the build
+    # starts, before it has written anything (the run killed at the line leaves no object
+    # file), and at least half the build's own stated time before its end line (below).
     _, lines = _lines_as_they_come(empty, stop_at="building DeepSpeed's")
-    (at, line), = [(at, line) for at, line in lines if "building DeepSpeed's" in line]
-    assert at < 5 and line.startswith(f"commbench: building DeepSpeed's {OP} op (once per venv, "
-                                      f"into {empty}: about a minute"), lines
+    (_, line), = [(at, line) for at, line in lines if "building DeepSpeed's" in line]
+    assert line.startswith(f"commbench: building DeepSpeed's {OP} op (once per venv, "
+                           f"into {empty}: about a minute"), lines
+    assert not [p.name for p in empty.rglob("*") if p.suffix in (".o", ".so")], lines
 
     # another venv's build: this venv's own, its build file's paths moved to another venv's and
     # ninja's record of the commands it ran gone (they were that venv's: ninja rebuilds all)
@@ -135,11 +139,13 @@ def test_the_build_line_comes_within_5_s_and_a_rebuild_for_another_venv_says_so(
     assert status == 0, lines
     said = [(at, line) for at, line in lines if line.startswith("commbench: buil")]
     assert len(said) == 2, lines
-    assert said[0][0] < 5 and said[0][1].startswith(
+    assert said[0][1].startswith(
         f"commbench: building DeepSpeed's {OP} op again ({other} holds a build made by another "
         "venv, /opt/another-venv, which torch rebuilds for this one"), lines
-    assert re.fullmatch(rf"commbench: built DeepSpeed's {OP} op in \d+ s; later runs of this "
-                        "venv load it", said[1][1]), lines
+    built = re.fullmatch(rf"commbench: built DeepSpeed's {OP} op in (\d+) s; later runs of this "
+                         "venv load it", said[1][1])
+    assert built, lines
+    assert said[1][0] - said[0][0] >= 0.5 * int(built.group(1)), lines  # said as it began
     assert "/opt/another-venv" not in ninja.read_text()
     status, lines = _lines_as_they_come(other)  # rebuilt for this venv: loaded, nothing said
     assert status == 0 and not [line for _, line in lines

@@ -4,53 +4,49 @@ import pytest
 
 from support import assert_no_traceback
 
-from formulas import expected_ops
-
-MAXSIZE = 6
+from formulas import MORE_OPS, expected_ops
 
 
 def wrong_column(result):
     return {table.op: [int(row.extra[-1]) for row in table.rows] for table in result.tables}
 
 
-DTYPES = ["float32", "bfloat16", "int32", "float16"]
+# --check passing for every op (--all), every size, four dtypes, at world sizes 1-3 (both layers
+# at 3): test_scan.py's scan, which reads --check's column of every table.
 
 
-# Both layers at 3 ranks (not a power of two: uneven chunks), one each at 1 and 2.
-@pytest.mark.parametrize("nproc,dist", [(1, "torch"), (2, "deepspeed"), (3, "torch"),
-                                        (3, "deepspeed")])
-def test_check_passes(run, dist, nproc):
-    """Every op, every size, in four dtypes (one run: a table per op and dtype)."""
-    result = run("run_all.py", "--check", "--scan", f"--maxsize={MAXSIZE}", "--trials=1",
-                 "--warmups=0", f"--dtype={','.join(DTYPES)}", f"--dist={dist}", nproc=nproc)
-    assert result.returncode == 0, result
-    assert result.ops == [op for op in expected_ops(nproc) for _ in DTYPES]
-    assert [table.qualifiers["dtype"] for table in result.tables] == \
-        DTYPES * len(expected_ops(nproc))
-    for table in result.tables:
-        assert table.columns[-1] == "Wrong"
-        assert [int(row.extra[-1]) for row in table.rows] == [0] * (MAXSIZE - 1), table.op
-
-
+# Every op's own check, each at one world size and layer (both layers at 3 ranks).
 @pytest.mark.parametrize("op,nproc,rank,dist", [
     ("all_reduce", 3, 2, "torch"),
     ("all_gather", 2, 1, "deepspeed"),
     ("reduce_scatter", 3, 0, "deepspeed"),
     ("pt2pt", 3, 1, "torch"),
+    ("reduce", 3, 0, "deepspeed"),
+    ("gather", 2, 0, "torch"),
+    ("scatter", 3, 2, "torch"),
+    ("barrier", 3, 1, "deepspeed"),
 ])
 def test_check_catches_one_wrong_element(run, op, nproc, rank, dist):
-    """The harness's test hook alters one result element of `op` on `rank` after the check run."""
-    result = run("run_all.py", "--check", "--scan", "--maxsize=4", "--trials=1", f"--dist={dist}",
-                 nproc=nproc, env={"COMMBENCH_INJECT_WRONG": f"{op}:{rank}"})
+    """The harness's test hook alters one result element of `op` on `rank` after the check run;
+    every other op's check finds nothing (the six by default; with one of the others, --all)."""
+    every = ["--all"] if op in MORE_OPS else []
+    result = run("run_all.py", *every, "--check", "--scan", "--maxsize=4", "--trials=1",
+                 f"--dist={dist}", nproc=nproc, env={"COMMBENCH_INJECT_WRONG": f"{op}:{rank}"})
     assert result.returncode == 1, result
     wrong = wrong_column(result)
-    assert wrong.pop(op) == [1, 1, 1]
-    assert all(counts == [0, 0, 0] for counts in wrong.values()), wrong
-    assert len(result.tables) == 6  # the run went on to the end
+    assert wrong.pop(op) == ([1] if op == "barrier" else [1, 1, 1])
+    assert all(counts == ([0] if other == "barrier" else [0, 0, 0])
+               for other, counts in wrong.items()), wrong
+    # the run went on to the end
+    assert len(result.tables) == len(expected_ops(nproc)) + (5 if every else 0)
     errors = [line for line in result.stderr.splitlines() if line.startswith("commbench: error:")]
-    size = nproc * 2 * 4  # the first size of the scan: E = 2n elements of 4 bytes
-    assert errors == [f"commbench: error: --check found wrong elements: {op} at {size} bytes per "
-                      f"rank: 1 wrong element (and 2 more)"]
+    if op == "barrier":  # no payload, one row
+        assert errors == ["commbench: error: --check found wrong elements: barrier at 0 bytes "
+                          "per rank: 1 wrong element"]
+    else:
+        size = nproc * 2 * 4  # the first size of the scan: E = 2n elements of 4 bytes
+        assert errors == [f"commbench: error: --check found wrong elements: {op} at {size} bytes "
+                          f"per rank: 1 wrong element (and 2 more)"]
     assert_no_traceback(result)
 
 

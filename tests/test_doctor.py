@@ -296,11 +296,12 @@ def test_a_topology_naming_an_unknown_host_is_one_line_before_any_measurement(tm
 def test_a_host_killed_mid_check_is_named_unreachable(hosts, tmp_path):
     """Host 4's rank is SIGKILLed once the first round is recorded: the others name it
     unreachable as soon as its heartbeat in the store stands still (10 s), not at --timeout
-    120, and go on (the remaining pairs measured), exit 1; nobody hangs. Its row, matrix cells
-    and records show no figure it did not measure."""
+    600 (which would outlast the hang guard, 300 s), and go on (the remaining pairs
+    measured), exit 1; nobody hangs. Its row, matrix cells and records show no figure it did
+    not measure."""
     name, subnet = hosts(4)
     output = tmp_path / "killed.jsonl"
-    procs = by_hand(name, subnet, 4, *QUICK, "--timeout=120", f"--output={output}")
+    procs = by_hand(name, subnet, 4, *QUICK, "--timeout=600", f"--output={output}")
     try:
         deadline = time.monotonic() + 120
         while not (output.exists() and len(output.read_text().splitlines()) >= 2):
@@ -310,9 +311,7 @@ def test_a_host_killed_mid_check_is_named_unreachable(hosts, tmp_path):
         pids = subprocess.run(["ip", "netns", "pids", f"{name}4"], capture_output=True,
                               text=True).stdout.split()
         subprocess.run(["kill", "-9", *pids], check=True)
-        killed = time.monotonic()
-        outputs = [procs[0].communicate(timeout=300)]  # a hang guard only
-        named_in = time.monotonic() - killed  # rank 0 has named it, finished the check, exited
+        outputs = [procs[0].communicate(timeout=300)]  # a hang guard only, half of --timeout
         outputs += [proc.communicate(timeout=60) for proc in procs[1:]]
     finally:
         for proc in procs:
@@ -324,9 +323,9 @@ def test_a_host_killed_mid_check_is_named_unreachable(hosts, tmp_path):
     _, records, final = verdict_of(output, shown)
     assert (final["suspect_hosts"], final["suspect_links"], final["unreachable"]) == \
         ([], [], [f"{name}4"]), shown
-    # the bound docs/doctor.md states: named within 10 s of its death (and the rest of the
-    # check: two rounds of three hosts, a few seconds here), not --timeout 120
-    assert named_in < 40, f"{named_in:.1f} s\n{shown}"
+    # named by its heartbeat, as docs/doctor.md states (within 10 s of its death), not by a
+    # deadline: no line of any rank says one was waited out
+    assert "did not answer within --timeout" not in shown, shown
     stderr = outputs[0][1]
     assert f"commbench: host {name}4 is unreachable: rank 3 stopped answering: its heartbeat in " \
         "the store stood still for 10 s (round " in stderr, stderr

@@ -96,16 +96,13 @@ def wait_for_records(path, count, limit=120, proc=None):
 
 
 def test_stuck_rank_hits_the_timeout(run):
-    """Rank 1 sleeps 120 s before its first trial (test hook) under --timeout 4: both ranks end
-    with one line naming the op and the size, long before the sleep is over (the sleep is the
-    test's reference: start-up and the deadline take a fraction of it even on a slow host)."""
-    started = time.monotonic()
+    """Rank 1 sleeps 1000 s before its first trial (test hook) under --timeout 4: both ranks end
+    with one line naming the op and the size. The sleep outlasts run()'s hang guard (240 s)
+    four times over, so a run that ends at all was ended by the deadline, not by the sleep."""
     result = run("all_reduce.py", "--scan", "--maxsize=3", "--stats", "--timeout=4",
                  "--dist=torch", nproc=2, launcher="deepspeed",
-                 env={"COMMBENCH_INJECT_DELAY": "1:120"})
-    elapsed = time.monotonic() - started
+                 env={"COMMBENCH_INJECT_DELAY": "1:1000"})
     assert result.returncode != 0
-    assert elapsed < 120, elapsed
     lines = [line for line in result.stderr.splitlines() if line.startswith("commbench: error:")]
     assert any(line.startswith("commbench: error: rank 0: all_reduce at 4 elements of float")
                for line in lines), result
@@ -249,7 +246,9 @@ def test_master_addr_that_does_not_resolve(run):
 
 def test_a_stall_deadline_ends_a_block_only_once_its_calls_stop_moving():
     """guard.stall_deadline (replay's passes, where oneCCL never times a call out): a block that
-    keeps moving runs past the limit; once it stands still for the limit, one line, exit 1."""
+    keeps moving runs past the limit; once it stands still for the limit, one line, exit 1.
+    The block then sleeps 600 s, ten times the hang guard: the process ended at all, with the
+    deadline's line, only because the deadline ended it (no clock is read here)."""
     code = textwrap.dedent("""
         import time
         from commbench.ranks.guard import stall_deadline
@@ -259,13 +258,10 @@ def test_a_stall_deadline_ends_a_block_only_once_its_calls_stop_moving():
                 time.sleep(0.1)
                 steps[0] += 1
             print("moved", flush=True)
-            time.sleep(8)
+            time.sleep(600)
         print("not reached")
     """)
-    started = time.monotonic()
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=base_env(),
-                            capture_output=True, text=True, timeout=60)
-    took = time.monotonic() - started
+                            capture_output=True, text=True, timeout=60)  # a hang guard only
     assert (result.returncode, result.stdout) == (1, "moved\n"), result
     assert result.stderr.splitlines() == ["commbench: error: rank 0: replay: a call did not finish"]
-    assert took < 7, took  # 0.6 s after the steps stopped, not the 8 s sleep

@@ -4,20 +4,28 @@ from pathlib import Path
 
 import pytest
 
-from formulas import OPS, check_bandwidth
+from formulas import MORE_OPS, OPS, check_bandwidth
 
 
-# The scripts the other tests seldom start (all_reduce.py, all_gather.py and pt2pt.py run in
-# many of them, under every launcher).
-@pytest.mark.parametrize("op", [op for op in OPS if op not in ("all_reduce", "all_gather", "pt2pt")])
-def test_each_op_script_under_torchrun(run, op):
-    result = run(f"{op}.py", "--scan", "--raw", "--maxsize=6", "--trials=2", "--dist=torch", nproc=2,
-                 launcher="torchrun")
+# Each op script the other tests seldom start (all_reduce.py, all_gather.py and pt2pt.py run in
+# many of them, under every launcher; all_to_allv.py in test_traffic.py), from its first line
+# as `python SCRIPT` runs it, at 2 ranks: its table alone, --minsize honoured (and the scan it
+# implies, without --scan). torchrun starts an op script in
+# test_torchrun_deepspeed_dist_three_ranks below.
+@pytest.mark.parametrize("op", [op for op in OPS if op not in ("all_reduce", "all_gather", "pt2pt")]
+                         + MORE_OPS)
+def test_each_op_script_runs_alone(run, op):
+    result = run(f"{op}.py", "--raw", "--minsize=3", "--maxsize=6", "--trials=2",
+                 "--dist=torch", nproc=2)
     assert result.returncode == 0, result
     assert result.ops == [op]
     table = result.table(op)
     assert table.devices == 2
-    assert [row.description for row in table.rows] == [f"{2 * 2 ** p}x4" for p in range(1, 6)]
+    if op == "barrier":
+        assert [row.size for row in table.rows] == ["0"]
+        return
+    assert [row.description for row in table.rows] == [f"{2 * 2 ** p}x4" for p in (3, 4, 5)]
+    assert [row.size for row in table.rows] == [str(2 * 2 ** p * 4) for p in (3, 4, 5)]
     for row in table.rows:
         check_bandwidth(op, 2, int(row.size), float(row.duration), row.throughput, row.busbw)
 
@@ -54,10 +62,16 @@ def test_deepspeed_launcher_run_all_default_dist(run):
 
 @pytest.mark.parametrize("dist", ["deepspeed", "torch"])
 def test_plain_python_is_a_world_of_one(run, dist):
+    """And stdout is only the table: DeepSpeed's own log lines and build messages go to stderr,
+    never into it."""
     result = run("broadcast.py", "--scan", "--maxsize=5", "--trials=2", f"--dist={dist}")
     assert result.returncode == 0, result
     assert result.table("broadcast").devices == 1
     assert "Traceback" not in result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "" and lines[1].startswith("---- Performance of broadcast on 1 devices")
+    assert len(lines) == 4 + 4  # title, columns, rule, the 4 sizes, and the blank line first
+    assert "Warning" not in result.stderr and "deprecated" not in result.stderr
 
 
 def test_torchrun_deepspeed_dist_three_ranks(run):
@@ -66,16 +80,6 @@ def test_torchrun_deepspeed_dist_three_ranks(run):
     assert result.returncode == 0, result
     assert [row.description for row in result.table("reduce_scatter").rows] == \
         [f"{3 * 2 ** p}x4" for p in range(1, 5)]
-
-
-def test_stdout_is_only_the_table(run):
-    """DeepSpeed's own log lines and build messages go to stderr, never into the table."""
-    result = run("all_gather.py", "--scan", "--maxsize=3", "--trials=1", "--dist=deepspeed")
-    assert result.returncode == 0, result
-    lines = result.stdout.splitlines()
-    assert lines[0] == "" and lines[1].startswith("---- Performance of all_gather on 1 devices")
-    assert len(lines) == 4 + 2
-    assert "Warning" not in result.stderr and "deprecated" not in result.stderr
 
 
 def test_parallel_bench_zero_leaves_nothing_in_dev_shm(run):

@@ -73,7 +73,7 @@ def test_percentage_refuses_a_bare_number_and_the_ends(text, message):
 
 @pytest.mark.parametrize("text,value", [("8", 8), ("1K", 1024), ("128M", 128 * MIB),
                                         ("1G", 1 << 30), ("2T", 2 << 40), ("4KiB", 4096),
-                                        ("4kb", 4096), (" 16 M ", 16 * MIB)])
+                                        ("4kb", 4096), (" 16 M ", 16 * MIB), ("64B", 64)])
 def test_byte_count_is_1024_based_as_nccl_tests_reads_it(text, value):
     assert numbers.byte_count(text) == value
 

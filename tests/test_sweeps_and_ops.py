@@ -8,7 +8,6 @@ import json
 import pytest
 
 from support import ROOT, assert_no_traceback, launch, usage_error
-from formulas import MORE_OPS, check_bandwidth
 
 KIB = 1024
 ALL_DTYPES = ["float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64"]
@@ -26,79 +25,9 @@ def wrong(table):
 
 # --------------------------------------------------------------------------- the four new ops
 
-# Both layers at 3 ranks (not a power of two), one each at 1 and 2.
-@pytest.mark.parametrize("nproc,dist", [(1, "deepspeed"), (2, "torch"), (3, "deepspeed")])
-def test_reduce_gather_scatter_barrier(run, tmp_path, nproc, dist):
-    output = tmp_path / "more.jsonl"
-    result = run("run_all.py", "--reduce", "--gather", "--scatter", "--barrier", "--scan", "--raw",
-                 "--maxsize=8", "--trials=3", "--warmups=1", "--check", f"--dist={dist}",
-                 f"--output={output}", nproc=nproc)
-    assert result.returncode == 0, result
-    assert_no_traceback(result)
-    assert result.ops == MORE_OPS
-    for table in result.tables:
-        assert table.devices == nproc and table.qualifiers == {}
-        assert table.columns[-1] == "Wrong" and set(wrong(table)) == {0}, table
-        if table.op == "barrier":
-            continue
-        assert [row.numel for row in table.rows] == [nproc * 2 ** p for p in range(1, 8)]
-        for row in table.rows:
-            check_bandwidth(table.op, nproc, int(row.size), float(row.duration), row.throughput,
-                            row.busbw)
-    (barrier,) = result.table("barrier").rows  # no payload: one row, latency only
-    assert (barrier.size, barrier.description, barrier.throughput, barrier.busbw) == \
-        ("0", "-", "-", "-")
-    assert float(barrier.duration) > 0
-    meta, found = records(output)
-    assert meta["ops"] == MORE_OPS
-    assert [r["op"] for r in found] == ["reduce"] * 7 + ["gather"] * 7 + ["scatter"] * 7 + \
-        ["barrier"]
-    assert all(r["wrong"] == 0 for r in found)
-    assert found[-1]["size_bytes"] == 0 and found[-1]["busbw_Bps"] is None
-    assert found[0]["reduce_op"] == "sum" and "reduce_op" not in found[7]  # gather reduces nothing
-
-
-@pytest.mark.parametrize("op", MORE_OPS)
-def test_each_new_op_script_runs_alone(run, op):
-    result = run(f"{op}.py", "--scan", "--minsize=3", "--maxsize=6", "--trials=2", "--raw",
-                 "--dist=torch", nproc=2)
-    assert result.returncode == 0, result
-    assert result.ops == [op]
-    sizes = [row.size for row in result.table(op).rows]
-    assert sizes == (["0"] if op == "barrier" else [str(2 * 2 ** p * 4) for p in (3, 4, 5)])
-
-
-def test_new_ops_single_size_follow_their_rule(run):
-    """Without --scan: the single-size plan of reduce (WHOLE), gather (GATHERED: a power of two)
-    and scatter (SPLIT: n x a power of two); barrier has no size."""
-    result = run("run_all.py", "--reduce", "--gather", "--scatter", "--barrier",
-                 "--mem-factor=0.0005", "--trials=1", "--warmups=0", "--check", "--dist=torch",
-                 nproc=3)
-    assert result.returncode == 0, result
-    (gather,) = result.table("gather").rows
-    (scatter,) = result.table("scatter").rows
-    assert gather.numel & (gather.numel - 1) == 0
-    assert scatter.numel % 3 == 0 and (scatter.numel // 3) & (scatter.numel // 3 - 1) == 0
-    assert all(wrong(table) == [0] for table in result.tables)
-    assert "commbench: barrier: per-rank memory" not in result.stderr  # nothing to plan
-
-
-@pytest.mark.parametrize("op,nproc,rank,dist", [
-    ("reduce", 3, 0, "deepspeed"),
-    ("gather", 2, 0, "torch"),
-    ("scatter", 3, 2, "torch"),
-    ("barrier", 3, 1, "deepspeed"),
-])
-def test_check_catches_a_wrong_result_of_the_new_ops(run, op, nproc, rank, dist):
-    result = run("run_all.py", "--all", "--check", "--scan", "--maxsize=4", "--trials=1",
-                 f"--dist={dist}", nproc=nproc, env={"COMMBENCH_INJECT_WRONG": f"{op}:{rank}"})
-    assert result.returncode == 1, result
-    counts = {table.op: wrong(table) for table in result.tables}
-    assert counts.pop(op) == ([1] if op == "barrier" else [1, 1, 1])
-    assert all(set(c) == {0} for c in counts.values()), counts
-    assert "commbench: error: --check found wrong elements:" in result.stderr
-    assert_no_traceback(result)
-
+# Their scan at world sizes 1-3 (both layers at 3) with --check and --output: test_scan.py's
+# --all; each one's script alone: test_launchers.py; their single-size rules:
+# test_single_size.py; --check catching an altered element of each: test_check.py.
 
 def test_barrier_check_catches_ranks_that_do_not_wait(run, tmp_path):
     """The barrier's check on a 'barrier' that does not wait: every rank but the late one is
@@ -138,19 +67,8 @@ def test_byte_sweep_rounds_to_what_each_op_can_move(run, tmp_path):
     assert [r["size_bytes"] for r in found if r["op"] == "all_to_all"] == [1020, 4092, 16380, 65532]
 
 
-def test_byte_sweep_with_a_fractional_factor_and_suffixes(run):
-    result = run("all_reduce.py", "--min-bytes=8", "--max-bytes=64B", "--step-factor=1.5", "--raw",
-                 "--trials=1", "--dist=torch")
-    assert result.returncode == 0, result
-    # 8, 12, 18, 27, 40, 60 bytes -> 2, 3, 4, 6, 10, 15 floats (18 and 27 round down)
-    assert [r.numel for r in result.table("all_reduce").rows] == [2, 3, 4, 6, 10, 15]
-
-
-def test_minsize_starts_the_scan_and_implies_it(run):
-    result = run("all_gather.py", "--minsize=4", "--maxsize=7", "--raw", "--trials=1",
-                 "--dist=torch", nproc=2)
-    assert result.returncode == 0, result
-    assert [r.numel for r in result.table("all_gather").rows] == [2 * 16, 2 * 32, 2 * 64]
+# A fractional --step-factor and a byte suffix: test_logic_sizes.py, in-process; --minsize
+# implying the scan: test_launchers.py's op scripts.
 
 
 @pytest.mark.parametrize("flags,message", [
