@@ -469,7 +469,7 @@ def test_a_fleet_alike_is_healthy_at_its_bound_and_named_below_it(hosts, tmp_pat
     name, subnet = hosts(3)
     for host in (1, 2, 3):
         slow_host(name, host, "1gbit")
-    quick = ["--large-bytes=2M", "--trials=10", "--repeat=2", "--retest=0"]
+    quick = ["--large-bytes=2M", "--trials=10", "--repeat=2"]
     output = tmp_path / "at.jsonl"
     stdout, stderrs, statuses = across(name, subnet, 3, 1, *quick, "--peak=1gbit",
                                        f"--output={output}")
@@ -486,7 +486,8 @@ def test_a_fleet_alike_is_healthy_at_its_bound_and_named_below_it(hosts, tmp_pat
     stdout, stderrs, statuses = across(name, subnet, 3, 1, *quick, "--peak=4gbit",
                                        f"--output={output}")
     assert statuses == [1, 1, 1], stdout + stderrs[0]
-    (line,) = [line for line in stderrs[0].splitlines() if line.startswith("commbench: slow ")]
+    named = [line for line in stderrs[0].splitlines() if line.startswith("commbench: slow ")]
+    (line,) = named or [stdout]  # the fleet and nothing else: its peers hold it healthy
     assert line.startswith("commbench: slow fleet (3 hosts, every link below its bound): every "
                            "one of its 3 links is below 0.7 of the bound 4 Gbps (given 4 Gb/s "
                            "(--peak)): median 0."), line
