@@ -451,6 +451,9 @@ def earlier_checks(path, host, count):
     (["--expect-gbps=-1"], "argument --expect-gbps: must be >= 0, got -1"),
     (["--expect-latency-us=x"], "argument --expect-latency-us: 'x' is not a number"),
     (["--output=d.csv"], "--output: doctor.py writes .jsonl or .json"),
+    (["--peak=fast"], "--peak fast: neither auto, a rate"),
+    (["--peak=-4gbit"], "--peak -4gbit: a rate must be positive"),
+    (["--peak=1gbit", "--peak-fraction=1.5"], "argument --peak-fraction: must be in (0, 1)"),
 ])
 def test_bad_usage_is_one_line(args, message):
     result = launch("doctor.py", "--dist=torch", "--backend=gloo", *args)
@@ -499,3 +502,48 @@ def test_doctor_under_mpirun_and_srun_on_one_host(tmp_path):
             assert meta["doctor"]["topology"] == "Slurm's (scontrol show topology)"
         else:
             assert said == [] and meta["doctor"]["topology"] is None, result.stderr
+
+
+def test_a_peak_file_with_an_unknown_op_is_one_line(tmp_path):
+    expected = tmp_path / "fleet.peak"
+    expected.write_text("# op band rate\nsend 1M- 10gbit\n")
+    result = launch("doctor.py", "--dist=torch", "--backend=gloo", f"--peak={expected}")
+    assert result.returncode == 2, result
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"commbench: error: {expected}:2: unknown op 'send'"), line
+
+
+@serial
+def test_a_fleet_alike_is_healthy_at_its_bound_and_named_below_it(hosts, tmp_path):
+    """Every host capped at 1 Gbit (alike: healthy by its peers). --peak 1gbit: healthy, every
+    link at ~0.95 of it; --peak 4gbit: the whole fleet named below its bound, exit 1, nothing to
+    leave out (issue 55). Both on the same 3 hosts."""
+    name, subnet = hosts(3)
+    for host in (1, 2, 3):
+        slow_host(name, host, "1gbit")
+    quick = ["--large-bytes=2M", "--trials=10", "--repeat=2"]
+    output = tmp_path / "at.jsonl"
+    stdout, stderrs, statuses = across(name, subnet, 3, 1, *quick, "--peak=1gbit",
+                                       f"--output={output}")
+    assert statuses == [0, 0, 0], stdout + stderrs[0]
+    assert "commbench: doctor: bound: given 1 Gb/s (--peak); a link below 0.7 of it is named" \
+        in stderrs[0].splitlines()
+    assert "; every link at 0.7 of its bound or more (given 1 Gb/s (--peak); the lowest 0." \
+        in stdout, stdout
+    _, _, final = verdict_of(output, stdout)
+    assert final["healthy"] and final["below_bound"] == []
+    reached = [link["fraction"] for link in final["bound"]["links"]]
+    assert len(reached) == 3 and all(0.7 <= f <= 1.05 for f in reached), reached
+    output = tmp_path / "below.jsonl"
+    stdout, stderrs, statuses = across(name, subnet, 3, 1, *quick, "--peak=4gbit",
+                                       f"--output={output}")
+    assert statuses == [1, 1, 1], stdout + stderrs[0]
+    named = [line for line in stderrs[0].splitlines() if line.startswith("commbench: slow ")]
+    (line,) = named or [stdout]  # the fleet and nothing else: its peers hold it healthy
+    assert line.startswith("commbench: slow fleet (3 hosts, every link below its bound): every "
+                           "one of its 3 links is below 0.7 of the bound 4 Gbps (given 4 Gb/s "
+                           "(--peak)): median 0."), line
+    _, _, final = verdict_of(output, stdout)
+    assert final["below_bound"] == [f"{name}{i}" for i in (1, 2, 3)]
+    assert (final["suspect_hosts"], final["suspect_links"], final["exclude"]) == ([], [], [])
+    assert all(link["below"] and link["fraction"] < 0.3 for link in final["bound"]["links"])

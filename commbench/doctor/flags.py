@@ -13,7 +13,8 @@ from ..errors import UsageError
 from ..flags import UsageParser, prog
 from ..numbers import byte_count, int_at_least
 from ..settings import RankSettings, command_line, frozen
-from . import plan, topology
+from ..bounds import parse_peak
+from . import bound, plan, topology
 
 DEFAULT_MIN_FRACTION = 0.5
 # shorter than the suite's (defaults.DEFAULT_TIMEOUT): a host that does not answer within it is
@@ -101,6 +102,15 @@ def _measuring_flags(p):
     p.add_argument("--expect-gbps", type=_floor, default=None, metavar="GBPS",
                    help="also suspect any link (one way) or host (bus bandwidth) below this many "
                         "Gbps, whatever its peers do")
+    p.add_argument("--peak", type=parse_peak, default=None, metavar="auto|RATE|FILE",
+                   help="also hold every link against what the network can carry: auto (each "
+                        "host's interface's line rate, from sysfs), a RATE (100gbit, 12.5GB/s) "
+                        "or a FILE of expected figures (its pt2pt line at --large-bytes); a "
+                        "link, a host or the whole fleet below --peak-fraction of it is named, "
+                        "even when every host is alike (docs/doctor.md)")
+    p.add_argument("--peak-fraction", type=_fraction, default=bound.DEFAULT_FRACTION,
+                   metavar="F", help="with --peak: the share of the bound a link must reach "
+                                     f"(default {bound.DEFAULT_FRACTION})")
     p.add_argument("--expect-latency-us", type=_floor, default=None, metavar="US",
                    help="also suspect any link whose small-message latency is above this")
     p.add_argument("--small-bytes", type=byte_count, default=8, metavar="BYTES",
@@ -139,6 +149,8 @@ class DoctorSettings:
     min_fraction: float
     expect_gbps: float | None
     expect_latency_us: float | None
+    peak: object  # bounds.PeakSpec or None: what links are held against (bound.py)
+    peak_fraction: float
     small_bytes: int
     large_bytes: int
     trials: int

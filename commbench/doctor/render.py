@@ -4,6 +4,8 @@ latency) and the verdict; on stderr one line per finding; and the verdict record
 import re
 import statistics
 
+from . import bound
+
 
 def _cell(value, width):
     return str(value).rjust(width)
@@ -50,10 +52,12 @@ def report(figures, judgement, per_host):
     lines += [f"---- doctor: {len(names)} hosts, {per_host} rank{'s' if per_host > 1 else ''} "
               f"each; bandwidth in {unit} " + "-" * 20, head, "-" * len(head)]
     named = {h for f in judgement.findings for h in f.hosts if f.kind in ("host", "unreachable")}
+    fleet = {h for f in judgement.findings for h in f.hosts if f.kind == "fleet"}
     for h, name in enumerate(names):
         host = figures.hosts.get(h)
         bw, lat = figures.host_link_figures(h)
-        state = "unreachable" if h in figures.unreachable else "SUSPECT" if h in named else "ok"
+        state = "unreachable" if h in figures.unreachable else "SUSPECT" if h in named else \
+            "BELOW BOUND" if h in fleet else "ok"
         if h in figures.unreachable:  # what it measured before it went is not its figure
             host, bw, lat = None, None, None
         busbw = f"{host.busbw_Bps * scale:.3f}" if host and host.busbw_Bps else "-"
@@ -93,7 +97,7 @@ def report(figures, judgement, per_host):
         checked = "one host: no links between hosts checked" if len(names) == 1 else \
             f"{len(names)} hosts, {len(figures.links)} links"
         lines.append(f"Verdict: healthy ({checked}; nothing below {figures.fraction:g} of its "
-                     "peers' median)")
+                     f"peers' median{bound.healthy_words(figures)})")
     lines += [f"  ({line})" for line in judgement.cleared]
     lines += advice(figures, judgement)
     return lines
@@ -109,6 +113,8 @@ KINDS = {
     ("link", False, "bandwidth"): "slow link {name} (bandwidth between these two hosts only)",
     ("link", False, "latency"): "slow link {name} (latency between these two hosts only)",
     ("host", False, "load"): "slow host {name} (bandwidth under the fleet's load)",
+    ("host", False, "bound"): "slow host {name} (its links below their bound)",
+    ("link", False, "bound"): "slow link {name} (below its bound)",
 }
 
 
@@ -122,6 +128,8 @@ def label(figures, finding):
     if finding.kind == "switch":
         return (f"suspect switch {finding.switch} (its hosts in line among themselves, slow to "
                 "every host outside it: its uplink)")
+    if finding.kind == "fleet":
+        return f"slow fleet ({len(finding.hosts)} hosts, every link below its bound)"
     if finding.kind == "group":
         from .bisect import span
         return (f"slow group {span(figures.names, sorted(finding.hosts))} "
@@ -197,7 +205,13 @@ def advice(figures, judgement):
         for h in pair:
             counts[h] = counts.get(h, 0) + 1
     for f in judgement.findings:
-        if f.kind == "switch":
+        if f.kind == "fleet":
+            out.append(f"  the whole fleet is below {figures.bound_fraction:g} of its bound "
+                       f"({figures.bound_words}): either the bound is not this network's (give "
+                       "--peak the rate it can carry), or every host is held back alike: the "
+                       "interfaces' negotiated speed (ethtool DEV), a rate limit (tc qdisc show), "
+                       "the MTU, the switch ports' speed")
+        elif f.kind == "switch":
             out.append(f"  switch {f.switch}: its uplink (or the switch): report it; to run now, "
                        f"leave out its hosts: --exclude="
                        f"{hostlist([names[h] for h in sorted(f.hosts)])}")
@@ -275,4 +289,7 @@ def verdict_record(figures, judgement):
             "exclude": leave, "exclude_hostlist": hostlist(leave),
             "what_to_do": advice(figures, judgement),
             "min_fraction": figures.fraction,
+            "below_bound": [names[h] for f in judgement.findings if f.kind == "fleet"
+                            for h in f.hosts],
+            "bound": bound.record(figures) if figures.bounds else None,
             "median_link_Bps": statistics.median(bws) if bws else None}

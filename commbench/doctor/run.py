@@ -16,7 +16,7 @@ from ..entry import guarded
 from ..errors import BenchmarkError
 from ..bench.harness import open_results
 from ..table import emit, note, output_failure
-from . import fleet, plan, render, verdict, whole
+from . import bound, fleet, plan, render, verdict, whole
 from .check import Check
 from .flags import parse, rank_settings
 
@@ -53,6 +53,7 @@ def meta(args, comm, check):
                        "topology": check.topology.path if check.topology else args.topology,
                        "min_fraction": args.min_fraction, "expect_gbps": args.expect_gbps,
                        "expect_latency_us": args.expect_latency_us,
+                       "peak": bound.spec_record(args.peak), "peak_fraction": args.peak_fraction,
                        "small_bytes": args.small_bytes, "large_bytes": args.large_bytes,
                        "trials": args.trials, "warmups": args.warmups, "repeat": args.repeat,
                        "retest": args.retest, "timeout": args.timeout},
@@ -68,6 +69,7 @@ def main(local_rank, args):
     screen = check.plan == "screen"
     planner = plan.make(check.plan, len(check.hosts), args.rounds, args.seed, check.figures.leaf)
     _say_plan(check, planner)
+    bound.settle(check)
     if len(check.ranks[0]) > 1:
         check.within_hosts()
     if screen:
@@ -85,6 +87,11 @@ def main(local_rank, args):
     rounds = _retest(check, judgement, first=len(planner) if screen else 0)
     if comm.global_rank == 0:
         (fleet if screen else verdict).confirm(check.figures, judgement)
+    # against what the network carries (--peak): links below it measured again, then judged
+    if not check.stopping():
+        rounds += bound.retest(check, first=(len(planner) if screen else 0) + rounds)
+    if comm.global_rank == 0:
+        bound.judge(check.figures, judgement)
     if args.fleet_wide and not check.stopping():  # every rank: the whole fleet at once
         whole.run(check, judgement, len(planner) + rounds)
     status = _verdict(check, judgement, started) if comm.global_rank == 0 else _hear_verdict(check)

@@ -134,6 +134,9 @@ class Figures:
         self.switch_names = []
         self.retest_log = []  # (round, pair, Link, control_for or None): each retest kept
         self.full = True  # every pair measured (the full plan); False: the screen's pairs
+        self.bounds = {}  # index -> bound.HostBound: what its links can carry (--peak)
+        self.bound_fraction = 0.7  # a link below this of its bound is named (bound.py)
+        self.bound_words = ""  # where the bound came from, for the verdict's lines
 
     def bw(self, value):
         scale, label = (8e-9, "Gbps") if self.unit == "Gbps" else (1e-9, "GB/s")

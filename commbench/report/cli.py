@@ -25,7 +25,7 @@ from commbench import caches
 from commbench import units
 from commbench.flags import Parser, prog
 from commbench.numbers import byte_count, float_in, int_at_least
-from commbench.report import buckets, history, html, measured, strategy
+from commbench.report import bound, buckets, history, html, measured, strategy
 from commbench.report import trials
 from commbench.report.compare import compare, render
 from commbench.report.kinds import kind_of, load_run, records_of
@@ -253,7 +253,13 @@ def _run_compare(args):
                      args.noise_threshold / 100)
     if not report["repeated"]:
         report = _single_runs(report, args)
+    # each run against its bound (--peak), where it has one (report/bound.py)
+    said = bound.lines(load_run(args.a)) + bound.lines(load_run(args.b))
+    if args.format == "json":
+        report["bound"] = said
     print(render(report, args.format))
+    for line in [] if args.format == "json" else said:
+        print(f"\n{line}" if args.format == "text" else f"\n- {line}")
 
 
 def _run_plot(args):

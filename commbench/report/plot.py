@@ -2,6 +2,7 @@
 matplotlib is imported only here, when a plot is asked for."""
 
 from .. import units
+from .bound import reaches, series
 from .runs import ReportError, bandwidth, bandwidth_label, op_order
 
 
@@ -26,6 +27,22 @@ def save(figure, output):
         raise ReportError(f"cannot write {output}: {error}") from None
 
 
+def _bound(axis, run, op, color):
+    """The run's bound (--peak) beside its curve: dashed, in its colour, its best fraction
+    marked at the row that reaches it (report/bound.py)."""
+    sizes, bound = series(run, op)
+    if not sizes:
+        return
+    axis.plot(sizes, bound, linestyle="--", color=color, alpha=0.7,
+              label=f"{run.label} bound: {run.bound_words}")
+    reach = next((r for r in reaches(run) if r.op == op), None)
+    if reach is not None:
+        size, share = reach.best()
+        axis.annotate(f"{share:.0%}", (size, bandwidth(run.ops[op][size].busbw, run.bw_unit)),
+                      textcoords="offset points", xytext=(0, 6), ha="center", fontsize="small",
+                      color=color)
+
+
 def plot(runs, output):
     """One figure: a row per op, bus bandwidth vs size (log2 x) beside latency vs size
     (log-log), one line per run. Returns the matplotlib Figure (saved to `output`)."""
@@ -44,8 +61,9 @@ def plot(runs, output):
             if not data:
                 continue
             sizes = sorted(s for s in data if s > 0)
-            busbw.plot(sizes, [bandwidth(data[s].busbw, unit) for s in sizes], marker=".",
-                       label=run.label)
+            line, = busbw.plot(sizes, [bandwidth(data[s].busbw, unit) for s in sizes],
+                               marker=".", label=run.label)
+            _bound(busbw, run, op, line.get_color())
             latency.plot(sizes, [data[s].duration * 1e6 for s in sizes], marker=".",
                          label=run.label)
         busbw.set_xscale("log", base=2)

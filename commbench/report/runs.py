@@ -39,6 +39,7 @@ class Measurement:
     size: int  # bytes per rank, as the suite's Size column
     duration: float  # seconds
     busbw: float  # bytes per second
+    bound: float | None = None  # bytes per second the row is held against (--peak), if any
 
 
 @dataclass
@@ -52,6 +53,7 @@ class Run:
     # op -> {size: [seconds of each window]}, for the sizes --repeat timed more than once
     windows: dict = field(default_factory=dict)
     bw_unit: str = "Gbps"  # the unit the run printed bandwidth in (--bw-unit): reports keep it
+    bound_words: str = ""  # what its rows' bound is (--peak; report/bound.py), "" without one
 
 
 BW_UNITS = {"Gbps": (8e-9, "Gbps"), "GBps": (1e-9, "GB/s")}
@@ -71,6 +73,25 @@ def _label(meta, path):
         layer = "deepspeed.comm" if meta["dist"] == "deepspeed" else "torch.distributed"
         return f"{layer} {meta.get('backend', '')} n={meta.get('world_size', '?')}".strip()
     return os.path.basename(path)
+
+
+def _bound_Bps(record):
+    """The bound a result record is held against (--peak's `bound`), in bytes a second."""
+    found = record.get("bound") or {}
+    return found["gbps"] * 1e9 / 8 if found.get("gbps") else None
+
+
+def _bound_words(records):
+    """The records' bound in words: `memory copy (measured, 2 threads)`, `given 4 Gb/s
+    (--peak)` (a rate where every row has the same); "" without one."""
+    bounds = [r["bound"] for r in records if (r.get("bound") or {}).get("gbps")]
+    if not bounds:
+        return ""
+    rates = {b["gbps"] for b in bounds}
+    in_bytes = bounds[0].get("kind") in ("memory copy", "nvlink", "pcie")  # as bounds/ says it
+    rate = "" if len(rates) > 1 else \
+        f" {rates.pop() / 8:.3g} GB/s" if in_bytes else f" {rates.pop():.3g} Gb/s"
+    return f"{bounds[0].get('name', 'bound')}{rate} ({bounds[0].get('source', '?')})"
 
 
 def from_results(path, text=None):
@@ -99,7 +120,7 @@ def from_results(path, text=None):
             key = record_key(r, len(dtypes) > 1)
             busbw = r["busbw_Bps"]  # None: an op without payload (barrier)
             measured = Measurement(r["size_bytes"], float(r["duration_s"]),
-                                   0.0 if busbw is None else float(busbw))
+                                   0.0 if busbw is None else float(busbw), _bound_Bps(r))
             if not _slower(run, key, measured):
                 continue
             run.ops.setdefault(key, {})[r["size_bytes"]] = measured
@@ -108,6 +129,7 @@ def from_results(path, text=None):
                 run.windows.setdefault(key, {})[r["size_bytes"]] = found
             elif key in run.windows:
                 run.windows[key].pop(r["size_bytes"], None)
+        run.bound_words = _bound_words(records)
     except KeyError as error:
         raise ReportError(f"{path}: not a results file of this suite (" + (
             'a JSON document without the "meta" and "results" of one'

@@ -14,7 +14,7 @@ import tempfile
 from ..records import results
 from .. import units
 from ..opfacts import FACTS
-from . import layouts
+from . import bound, layouts
 from . import doctor, replays, trials
 from .runs import ReportError, bandwidth, bandwidth_label, op_order, record_key
 
@@ -204,7 +204,7 @@ def warnings_of(meta, records):
 def suite_section(path, meta, records, run):
     section = {"kind": "suite", "path": path, "title": run.label, "what": what_ran(meta),
                "tables": op_tables(meta, records, run), "warnings": warnings_of(meta, records),
-               "layouts": None}
+               "layouts": None, "bound": bound.lines(run)}
     if meta.get("groups") or meta.get("split"):
         try:
             section["layouts"] = layouts.layouts(run)
