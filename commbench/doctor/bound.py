@@ -3,8 +3,9 @@ carry (--peak: a given rate, a file of expected figures, or each host's interfac
 from sysfs), not only against its peers. A fleet whose hosts are all alike is "healthy" by its
 peers; against its bound it is named when every link is below `fraction` of it.
 
-The rule, after the verdict against the peers (verdict.confirm, fleet.confirm): a link's figure
-is its best of first pass and retest (noise only ever slows a measurement), its bound the lower
+The rule, after the verdict against the peers (verdict.confirm, fleet.confirm) and a retest of
+each link below its bound (with --retest above 0): a link's figure is its best of first pass and
+retest (noise only ever slows a measurement), its bound the lower
 of its two hosts' (a host whose bound is unknown leaves its links unjudged). Then
   - every judged link below fraction x its bound: the fleet is named (one finding, all hosts);
   - else a host of 2 links or more, all of them below, beside links that are not: the host;
@@ -115,6 +116,25 @@ def below(figures):
             continue
         judged[pair] = (best, bound, best < figures.bound_fraction * bound)
     return judged
+
+
+def retest(check, first):
+    """Every rank: each link below its bound measured once more before any is named (a busy
+    host's noise only ever slows a measurement; judge takes the better figure), one pair a
+    round, planned on rank 0 and handed out through the store. Returns the rounds run (none
+    without --peak or with --retest 0)."""
+    if check.args.peak is None or not check.args.retest:
+        return 0
+    if check.comm.global_rank == 0:
+        pairs = [list(pair) for pair, v in below(check.figures).items() if v[2]]
+        check.control.post("bound-retest-plan", pairs)
+    else:
+        pairs = check.control.fetch("bound-retest-plan",
+                                    timeout=2 * check.args.timeout + 30) or []
+    rounds = [[tuple(pair)] for pair in pairs]
+    if rounds:
+        check.pairs(rounds, "retest", first=first)
+    return len(rounds)
 
 
 def judge(figures, judgement):

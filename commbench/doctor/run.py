@@ -82,7 +82,10 @@ def main(local_rank, args):
     rounds = _retest(check, judgement, first=len(planner) if screen else 0)
     if comm.global_rank == 0:
         (fleet if screen else verdict).confirm(check.figures, judgement)
-        bound.judge(check.figures, judgement)  # against what the network carries (--peak)
+    # against what the network carries (--peak): links below it measured again, then judged
+    rounds += bound.retest(check, first=(len(planner) if screen else 0) + rounds)
+    if comm.global_rank == 0:
+        bound.judge(check.figures, judgement)
     if args.fleet_wide:  # every rank: the whole fleet at once, and its bisection (whole.py)
         whole.run(check, judgement, len(planner) + rounds)
     status = _verdict(check, judgement, started) if comm.global_rank == 0 else _hear_verdict(check)
