@@ -83,7 +83,7 @@ check() {
     verdict=$("$PY" - "$out" "$want" "$DEVICE" "$status" <<'EOF'
 import sys
 sys.path.insert(0, ".")
-from commbench import results
+from commbench.records import results
 path, want, device, status = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 try:
     meta, records = results.read(path)
