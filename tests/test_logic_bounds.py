@@ -256,3 +256,40 @@ def test_each_row_is_held_against_its_own_bound(tmp_path):
     assert given.record() == {"spec": str(path), "bound": None}
     unknown = Peak(None, bounds.unknown("link", "eth0", "eth0 reports no speed"))
     assert not unknown.column and unknown.line() == "bound: unknown (eth0 reports no speed)"
+
+
+def test_a_copy_timed_on_a_busy_host_is_not_kept_and_a_beaten_one_is_dropped(tmp_path):
+    # the run that filled a cache at a third of the truth: load 8-29 on 2 CPUs
+    assert memcopy.busy(8.1, 2, ranks=2) and not memcopy.busy(2.4, 2, ranks=2)
+    assert not memcopy.busy(None, 2, ranks=2)  # no load average kept: nothing to judge by
+    host = bounds.Host("vm", "AMD EPYC", 2, 1, False)
+    memcopy.store(host, {8: 0.01}, load=1.5, cpus=2, folder=tmp_path)
+    assert memcopy.entry(host, tmp_path)["load"] == 1.5
+    assert memcopy.drop(host, tmp_path) and memcopy.cached(host, tmp_path) == {}
+    assert not memcopy.drop(host, tmp_path)
+
+
+def test_a_row_above_its_bound_names_the_bound_stale(tmp_path, monkeypatch):
+    from commbench.ranks.peak import Peak
+    monkeypatch.setenv("COMMBENCH_CACHE", str(tmp_path))
+    host = bounds.Host("vm", "AMD EPYC", 2, 1, False)
+    copies = {4 << 20: 20.0, 64 << 20: 10.0}
+    memcopy.store(host, copies, load=17.0, cpus=2)
+    auto = Peak(bounds.parse_peak("auto"), memcopy.summary(copies, host), copies, host,
+                "cached 2026-12-05T13:02:00Z, load 17.0")
+    auto.row("all_reduce", 4 << 20, 2e9, raw=False)  # 16 Gbit/s of 20: 80%
+    assert auto.beaten() is None and memcopy.cached(host) == copies
+    assert auto.row("all_reduce", 64 << 20, 4.15e9, raw=False)[0] == "332.0"
+    auto.row("all_gather", 64 << 20, 2.5e9, raw=False)
+    line = auto.beaten()
+    assert line.startswith("2 rows above their bound, up to 332% (all_reduce at 67108864 B a "
+                           "rank, memory copy 1.25 GB/s (measured, 2 threads)): the memory copy "
+                           "(cached 2026-12-05T13:02:00Z, load 17.0) was slower"), line
+    assert "--peak-refresh" in line and memcopy.cached(host) == {}
+    path = tmp_path / "f.peak"
+    path.write_text("all_reduce - 10gbit\n")
+    given = Peak(bounds.parse_peak(str(path)), None)
+    given.row("all_reduce", 8, 2.5e9, raw=False)
+    assert given.beaten() == (f"1 row above its bound, up to 200% (all_reduce at 8 B a rank, "
+                              f"all_reduce 0- 10 Gb/s ({path}:1)): the bound is below what was "
+                              f"measured; check the rate or the file --peak gave")

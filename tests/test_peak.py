@@ -37,7 +37,9 @@ def test_peak_auto_holds_busbw_against_the_memory_copy(run, tmp_path):
         assert record["peak_fraction"] == pytest.approx(
             record["busbw_Bps"] * 8 / 1e9 / bound["gbps"])
         assert row.extra[0] == f"{record['peak_fraction'] * 100:.1f}"
-    assert (tmp_path / "cache" / "memory-copy.json").exists()
+    # kept for the next runs, unless the host was too busy for the figures to be a bound
+    kept = (tmp_path / "cache" / "memory-copy.json").exists()
+    assert kept != ("not kept: the host was busy" in result.stderr), result.stderr
 
 
 def test_peak_rate_at_three_ranks_raw_prints_the_fraction(run, tmp_path):

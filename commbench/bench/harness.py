@@ -98,10 +98,14 @@ def run_meta(args, comm, ops):
 
 
 def finish(comm):
-    """End of a run: the last agreement on stopping, the results file closed; wrong elements
-    found by --check fail the run."""
+    """End of a run: the last agreement on stopping, rows above their bound named, the results
+    file closed; wrong elements found by --check fail the run."""
     agree_to_go_on(comm)
     run = comm.run
+    if run.peak is not None and comm.global_rank == 0:
+        beaten = run.peak.beaten()  # rows above their bound: the bound is wrong (peak.py)
+        if beaten:
+            note(comm, beaten)
     if run.results is not None:
         run.results.close()
         run.results = None

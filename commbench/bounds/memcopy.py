@@ -4,9 +4,12 @@ of each power of two from 8 B to 64 MiB into another (the op's sizes: a row take
 two at or below its own); the bound at a size is a rank's copy pace there (bytes copied a
 second, its fastest copy's, the mean over the ranks). The figures are cached by host, CPU model,
 ranks on the host, threads a rank and pinning, in the suite's cache folder (`caches.cache_dir`),
-and measured again only for sizes not yet there, or with --peak-refresh. This module times a copy
-it is handed and keeps the cache; the rank's copy itself is torch's (commbench/ranks/peak.py).
-Standard library only."""
+and measured again only for sizes not yet there, or with --peak-refresh. A copy timed while other
+work held the host's CPUs is slow, and a bound below the truth makes every row look better than
+it is: such figures serve their own run but are not kept (`busy`), and a cached bound that a row
+beat is dropped (`drop`, from ranks/peak.py at the run's end), so the next run times it again.
+This module times a copy it is handed and keeps the cache; the rank's copy itself is torch's
+(commbench/ranks/peak.py). Standard library only."""
 
 import json
 import math
@@ -28,6 +31,9 @@ LARGEST_COPY = 64 << 20
 WARMUP_COPIES = 2
 MIN_COPIES = 5
 MIN_SECONDS = 0.01
+# A host is too busy to keep its copy figures when its 1-minute load average, less the ranks that
+# were copying, is above its CPU count (the load of the run that filled a cache at a third of the
+# truth was 8-29 on 2 CPUs; a quiet start of 2 ranks reads 1-2.5).
 
 
 def cpu_model(root="/"):
@@ -99,35 +105,75 @@ def pace(copy, nbytes, clock=time.perf_counter):
         before = after
 
 
+def host_load():
+    """(1-minute load average or None where the system keeps none, online CPUs)."""
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):
+        load = None
+    return load, os.cpu_count() or 1
+
+
+def busy(load, cpus, ranks):
+    """Whether a copy timed at `load` on `cpus` by `ranks` copying ranks was held back by other
+    work (module docstring): a figure not to keep."""
+    return load is not None and load - ranks > cpus
+
+
 def _cache_path(folder=None):
     return os.path.join(folder or caches.cache_dir(), CACHE_FILE)
+
+
+def _read_all(folder=None):
+    try:
+        with open(_cache_path(folder), encoding="utf-8") as file:
+            everything = json.load(file)
+    except (OSError, ValueError):
+        return {}
+    return everything if isinstance(everything, dict) else {}
+
+
+def entry(host, folder=None):
+    """What the cache keeps of `host` (its figures, when and under what load they were timed);
+    {} if nothing."""
+    found = _read_all(folder).get(host.key(), {})
+    return found if isinstance(found, dict) else {}
 
 
 def cached(host, folder=None):
     """{bytes: Gbit/s} this host's copies were measured at before; {} if never."""
     try:
-        with open(_cache_path(folder), encoding="utf-8") as file:
-            entry = json.load(file).get(host.key(), {})
-        return {int(size): float(gbps) for size, gbps in entry.get("gbps", {}).items()}
-    except (OSError, ValueError, AttributeError, TypeError):
+        figures = entry(host, folder).get("gbps", {})
+        return {int(size): float(gbps) for size, gbps in figures.items()}
+    except (ValueError, AttributeError, TypeError):
         return {}
 
 
-def store(host, rates, folder=None):
-    """Keep `rates` ({bytes: Gbit/s}) for `host` beside what the cache holds of others; written
-    whole, then renamed, so that a reader never sees half a file."""
-    path = _cache_path(folder)
-    try:
-        with open(path, encoding="utf-8") as file:
-            everything = json.load(file)
-        if not isinstance(everything, dict):
-            everything = {}
-    except (OSError, ValueError):
-        everything = {}
+def store(host, rates, load=None, cpus=None, folder=None):
+    """Keep `rates` ({bytes: Gbit/s}, timed at 1-minute load `load` on `cpus` CPUs) for `host`
+    beside what the cache holds of others; written whole, then renamed, so that a reader never
+    sees half a file."""
+    everything = _read_all(folder)
     everything[host.key()] = {"host": host.host, "cpu": host.cpu, "ranks": host.ranks,
                               "threads": host.threads, "pinned": host.pinned,
                               "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                              "load": load, "cpus": cpus,
                               "gbps": {str(size): gbps for size, gbps in sorted(rates.items())}}
+    _write_all(everything, folder)
+
+
+def drop(host, folder=None):
+    """Forget `host`'s figures (a row beat them: they were timed on a busy host, or the host
+    changed), so that the next --peak auto times the copy again. Whether there were any."""
+    everything = _read_all(folder)
+    if everything.pop(host.key(), None) is None:
+        return False
+    _write_all(everything, folder)
+    return True
+
+
+def _write_all(everything, folder=None):
+    path = _cache_path(folder)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         temporary = f"{path}.{os.getpid()}"

@@ -3,8 +3,10 @@ start-up's line, and the bound each row is held against (its `% of peak`, the re
 `bound` and `peak_fraction`). The bound depends on where the ranks are: between hosts, the line
 rate of the interface the process group uses (sysfs); within one host on GPUs, NVLink or PCIe
 (NVML); within one host on CPUs, a memory copy timed on the ranks themselves, only with --peak
-auto (the others cost nothing and are named in every run's start-up line). The readers and the
-cache are commbench/bounds/ (no torch)."""
+auto (the others cost nothing and are named in every run's start-up line). A row above its
+bound is named at the run's end: the bound is wrong, not the row (a memory copy cached from a
+busy host is dropped then, and timed again by the next run). The readers and the cache are
+commbench/bounds/ (no torch)."""
 
 import os
 import time
@@ -26,6 +28,8 @@ class Peak:
     bound: Bound | None
     copies: dict = field(default_factory=dict)  # {copy bytes: Gbit/s}, the memory copy
     host: memcopy.Host | None = None
+    timed: str = ""  # the memory copy: "timed now" or "cached <when>, load <load>"
+    beyond: list = field(default_factory=list)  # (share, op, bytes a rank, bound): rows above it
 
     @property
     def column(self):
@@ -44,6 +48,8 @@ class Peak:
         bound = self.at(op, nbytes)
         share = fraction(None if busbw_bytes_per_s is None else busbw_bytes_per_s * 8 / 1e9,
                          bound)
+        if share is not None and share > 1:
+            self.beyond.append((share, op, nbytes, bound))
         text = "-" if share is None else f"{share:.3f}" if raw else f"{share * 100:.1f}"
         return text, {"bound": None if bound is None else bound.record(),
                       "peak_fraction": share}
@@ -54,6 +60,25 @@ class Peak:
             return (f"bound: the expected figures of {self.spec.path} "
                     f"({count} line{'s' if count != 1 else ''}, --peak)")
         return (self.bound or unknown("link", "-", "nothing to read it from")).line()
+
+    def beaten(self):
+        """The run's end: None, or the line naming the rows above their bound and what it means
+        (a memory copy's cached figures are dropped here, on the rank that calls it)."""
+        if not self.beyond:
+            return None
+        share, op, nbytes, bound = max(self.beyond, key=lambda row: row[0])
+        count = len(self.beyond)
+        rows = (f"{count} row{'s' if count != 1 else ''} above {'its' if count == 1 else 'their'}"
+                f" bound, up to {share * 100:.0f}% ({op} at {nbytes} B a rank, "
+                f"{bound.line().removeprefix('bound: ')})")
+        if bound.kind != "memory copy" or self.host is None:
+            return (f"{rows}: the bound is below what was measured; check the rate or the file "
+                    f"--peak gave")
+        memcopy.drop(self.host)
+        return (f"{rows}: the memory copy ({self.timed}) was slower than the collective, as a "
+                f"copy timed on a busy host is; its figures are dropped from the cache, and the "
+                f"next run with --peak auto times them again (on a quiet host; now: "
+                f"--peak-refresh)")
 
     def record(self):
         """The meta record's `peak`: what --peak said and the run's bound."""
@@ -112,14 +137,26 @@ def _memory_copy(comm, spec, settings):
         everyone = comm.gather_figures(mine)
         rates = {nbytes: sum(rank[i] for rank in everyone) / len(everyone) * 8 / 1e9
                  for i, nbytes in enumerate(sizes)}
+        load, cpus = memcopy.host_load()
+        timed = f"timed now, load {load:.1f} on {cpus} CPUs" if load is not None else "timed now"
         if comm.global_rank == 0:
-            memcopy.store(host, rates)
-            note(comm, f"memory copy timed at {len(sizes)} sizes on {comm.local_world_size} "
-                       f"rank(s) in {time.monotonic() - started:.1f} s, kept for the next runs "
-                       f"(--peak-refresh: again)")
+            took = f"memory copy timed at {len(sizes)} sizes on {comm.local_world_size} " \
+                   f"rank(s) in {time.monotonic() - started:.1f} s"
+            if memcopy.busy(load, cpus, comm.local_world_size):
+                note(comm, f"{took}, not kept: the host was busy (load {load:.1f} on {cpus} "
+                           f"CPUs), so the bound may be low; the next run times it again")
+            else:
+                memcopy.store(host, rates, load, cpus)
+                note(comm, f"{took}, kept for the next runs (--peak-refresh: again)")
     else:
-        rates = memcopy.cached(host)
-    return Peak(spec, memcopy.summary(rates, host), rates, host)
+        rates, timed = memcopy.cached(host), _when_cached(memcopy.entry(host))
+    return Peak(spec, memcopy.summary(rates, host), rates, host, timed)
+
+
+def _when_cached(entry):
+    load = entry.get("load")
+    return (f"cached {entry.get('measured', 'at an unknown time')}"
+            + (f", load {load:.1f}" if isinstance(load, (int, float)) else ""))
 
 
 def _copy_pace(comm, nbytes):
