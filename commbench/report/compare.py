@@ -220,21 +220,24 @@ def labels_apart(a, b, matched):
             f"{b.label}, {', '.join(dict.fromkeys(said_b))}")
 
 
-def compare(a, b, threshold, noise=0.05):
-    """The comparison as data: per op rows, ratios, one-sided sizes, verdicts, warnings.
-    With windows in both runs (--repeat), rows and verdicts carry 95% intervals."""
-    warnings = []
-    matched = match(a, b)
-    label_a, label_b = labels_apart(a, b, matched)
-    differences = [m[3] for m in matched if m[3]]
-    for difference in differences:
-        warnings.append(f"{difference}: not the same measurement; their sizes are set side by "
-                        "side below")
+def _unalike(a, b, matched, label_a, label_b):
+    """The warnings of what differs between the runs beyond their figures."""
+    warnings = [f"{difference}: not the same measurement; their sizes are set side by side "
+                "below" for difference in (m[3] for m in matched) if difference]
     if a.world_size and b.world_size and a.world_size != b.world_size:
         warnings.append(f"world sizes differ: {a.world_size} ({label_a}) vs {b.world_size} "
                         f"({label_b})")
     if a.dtype and b.dtype and a.dtype != b.dtype:
         warnings.append(f"dtypes differ: {a.dtype} ({label_a}) vs {b.dtype} ({label_b})")
+    return warnings
+
+
+def compare(a, b, threshold, noise=0.05):
+    """The comparison as data: per op rows, ratios, one-sided sizes, verdicts, warnings.
+    With windows in both runs (--repeat), rows and verdicts carry 95% intervals."""
+    matched = match(a, b)
+    label_a, label_b = labels_apart(a, b, matched)
+    warnings = _unalike(a, b, matched, label_a, label_b)
     ops = []
     for op, key_a, key_b, difference in matched:
         mine, theirs = a.ops.get(key_a, {}), b.ops.get(key_b, {})

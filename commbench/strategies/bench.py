@@ -370,15 +370,8 @@ def run_all(args):
             else:
                 swept.append((label, record))
                 report_sweep(run, record, sweep.figures(record))
-            what = name if label is None else f"{name} {user.sweep_key}={label}"
-            note(comm, f"{what}: loss {record['loss'][0]:.4f} -> {record['loss'][-1]:.4f}, "
-                       f"exposed communication {units.duration(record['exposed_comm_s'])} per step "
-                       f"({record['exposed_method']})")
-            if record.get("bytes_vs_estimate"):
-                note(comm, f"{what}: bytes per step, measured / estimated for the config's "
-                           "buckets: " + ", ".join(
-                               f"{op} " + ("not estimated" if r is None else f"{r:.3f}")
-                               for op, r in record["bytes_vs_estimate"].items()))
+            _say_measured(comm, name if label is None else f"{name} {user.sweep_key}={label}",
+                          record)
             agree_to_go_on(comm)
         if swept:
             report_sweep(run, sweep.verdict(user.sweep_key, swept, user.own_label()))
@@ -390,6 +383,19 @@ def run_all(args):
         moved = own and results.written_elsewhere(own.asked, own.path)
         if moved:
             note(comm, moved)
+
+
+def _say_measured(comm, what, record):
+    """A strategy's notes once measured: its loss, its exposed communication, and its bytes
+    against the estimate."""
+    note(comm, f"{what}: loss {record['loss'][0]:.4f} -> {record['loss'][-1]:.4f}, "
+               f"exposed communication {units.duration(record['exposed_comm_s'])} per step "
+               f"({record['exposed_method']})")
+    if record.get("bytes_vs_estimate"):
+        note(comm, f"{what}: bytes per step, measured / estimated for the config's "
+                   "buckets: " + ", ".join(
+                       f"{op} " + ("not estimated" if r is None else f"{r:.3f}")
+                       for op, r in record["bytes_vs_estimate"].items()))
 
 
 def _failure_record(run, name):
