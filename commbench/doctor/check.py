@@ -78,7 +78,7 @@ class Check:
         found = whereabouts.of(self.comm)
         if self.comm.global_rank != 0 or found is None:
             return ""
-        text = found._pulse(rank)
+        text = found.pulse_of(rank)
         state = whereabouts.probe_all({rank: text}).get(rank) if text else None
         return f"; {whereabouts.GONE[state]}" if state in whereabouts.GONE else ""
 

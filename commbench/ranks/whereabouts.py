@@ -3,19 +3,21 @@ store (torch.distributed's TCPStore). A rank posts its position (op, size, phase
 of a size, outside the timed window: four small writes a size. When a size's --timeout fires,
 every rank's deadline thread (alive while the main thread is blocked in the collective) posts
 whether it is inside the collective's call, and in which trial (read from the trial marks of
---stats / --per-trial, never written by the loop); rank 0 waits GRACE_S for those posts and
-names the ranks that did not post (stopped, hung in C, dead: last seen where, how long ago) or
+--stats / --per-trial, never written by the loop); rank 0 waits for those posts and names the
+ranks that did not post (stopped, hung in C, dead: last seen where, how long ago) or
 that posted from outside the call (alive, but not at the collective). Seconds since seen are
 rank 0's wall clock against the poster's: exact on one host, as good as NTP across hosts.
 
 Dead or stuck: each rank also holds a listening TCP socket (its "pulse"), opened at start-up on
 the address it reaches the rendezvous from, never accepted from and never read: the kernel of
 its host completes a connection to it while the process lives, stopped or hung or not, and
-refuses one once the process is gone. Rank 0 tries every silent rank's pulse once at the
-deadline, all at once under one deadline of PROBE_S (probe_all): refused is named "cannot be
-reached: its process is gone", no answer "its host does not answer"; a completed connection
-keeps "did not reach". Nothing of it runs inside
-a timed window, and it costs one file descriptor a rank."""
+refuses one once the process is gone. At its deadline rank 0 tries the pulse of every rank that
+has not posted, all at once under one deadline of PROBE_S (probe_all), and waits the rest of
+GRACE_S only for ranks whose pulse answered (a live rank whose deadline fired later): so the
+line comes about PROBE_S after rank 0's deadline whether 1 or 100 ranks are silent
+(benchmarks/silent_ranks.py). Refused is named "cannot be reached: its process is gone", no
+answer "its host does not answer"; a completed connection keeps "did not reach". Nothing of
+it runs inside a timed window, and it costs one file descriptor a rank."""
 
 import contextlib
 import errno
@@ -34,7 +36,7 @@ from .guard import peer_failure, say
 from ..table import convert_size
 
 PREFIX = "commbench/ranks/whereabouts/"
-GRACE_S = 3.0  # rank 0 waits this long for the others' posts after its own deadline fired
+GRACE_S = 3.0  # rank 0 waits at most this long for a live rank's post after its own deadline
 STORE_S = 5.0  # a store operation of the deadline thread gives up after this long
 POLL_S = 0.05
 PROBE_S = 1.0  # rank 0 waits this long for a silent rank's host to answer its pulse
@@ -295,15 +297,28 @@ class Whereabouts:
                 with contextlib.suppress(RuntimeError):
                     self.alarm.set(f"left/{self.rank}", "1")  # rank 0, the store, may go now
             return f"{message} (rank 0's line names the ranks that did not come)"
-        keys = [f"waiting/{r}" for r in range(self.world_size)]
-        _wait(self.alarm, keys, GRACE_S)
-        posts = {r: _read(self.alarm, f"waiting/{r}") for r in range(self.world_size)}
-        seen = {r: _read(self.alarm, f"seen/{r}") for r in range(self.world_size)
-                if posts[r] is None}
-        states = probe_all({r: self._pulse(r) for r in seen})  # at once, one deadline
+        posts, seen, states = self._gather()
         line = name_absent(posts, seen, self.hostnames, time.time(), states)
         self._posted = [r for r in posts if r and posts[r] is not None]
         return f"{message.split('; a peer rank')[0]}: {line}"
+
+    def _gather(self):
+        """Rank 0 at its deadline: every rank's post ({rank: position or None}), the last
+        position of those without one, and what their pulses said. The ranks without a post
+        are probed at once (the live ones' posts come meanwhile); only those whose pulse
+        answered (or who posted none) are waited for, to GRACE_S: a rank whose host does not
+        answer, or whose process is gone, never posts, and is not waited for once that is
+        known (PROBE_S at most)."""
+        began = time.monotonic()
+        keys = {r: f"waiting/{r}" for r in range(self.world_size)}
+        missing = [r for r in keys if not _has(self.alarm, keys[r])]
+        states = probe_all({r: self.pulse_of(r) for r in missing}, PROBE_S)  # at once
+        awaited = [keys[r] for r in missing if states.get(r) in ("alive", None)]
+        if awaited:
+            _wait(self.alarm, awaited, GRACE_S - (time.monotonic() - began))
+        posts = {r: _read(self.alarm, keys[r]) for r in keys}
+        seen = {r: _read(self.alarm, f"seen/{r}") for r in keys if posts[r] is None}
+        return posts, seen, {r: states.get(r) for r in seen}
 
     def release(self):
         """Rank 0, its line said: the other ranks may say theirs and go. The store dies with rank
@@ -314,7 +329,7 @@ class Whereabouts:
             return
         _wait(self.alarm, [f"left/{r}" for r in self._posted], 1.0)
 
-    def _pulse(self, rank):
+    def pulse_of(self, rank):
         """The rank's pulse ("address port") as it posted it, or None."""
         try:
             return self.alarm.get(f"pulse/{rank}").decode() \
@@ -368,6 +383,13 @@ def _read(store, key):
         return json.loads(store.get(key)) if store.check([key]) else None
     except (RuntimeError, ValueError):
         return None
+
+
+def _has(store, key):
+    try:
+        return store.check([key])
+    except RuntimeError:
+        return False
 
 
 def _wait(store, keys, seconds):
