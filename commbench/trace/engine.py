@@ -89,6 +89,7 @@ class Replayer:
         self.handles = {}  # group (global ranks) -> ProcessGroup, for this rank's groups
         self.world = tuple(range(trace.world_size))
         self.fill_gap = None  # --pace compute: fill_gap(seconds) computes that long
+        self.compute_ops = None  # --pace compute on an execution trace: etcompute.Runner
         self.gaps = [None] * len(self.calls)  # the job's gap before each call (compute.gaps)
 
     def make_groups(self, pairs=False):
@@ -224,6 +225,8 @@ class Replayer:
         for call in calls:
             self.current_call = call
             self.steps += 1
+            if pace and self.compute_ops is not None and call.compute:
+                self.compute_ops.run(call.compute)  # the job's own compute before the call
             if pace and call.start_s is not None:
                 self._arrive(call, call.index, began, base)
             if call.op == "wait":

@@ -10,10 +10,17 @@ What the trace does not say, and what the replay then assumes (said before the r
   world, for every call;
 - the reduction (also "<Object>"): sum;
 - where an asynchronous call was waited for (no wait node): before the first later operator
-  that touches one of its tensors' storage, else at the end of the pass."""
+  that touches one of its tensors' storage, else at the end of the pass.
+
+What the job computed between its calls is there too, with no times: each outermost ATen
+operator (one whose parent is not an ATen operator itself: aten::linear, not the aten::addmm it
+runs) with its schema, arguments and shapes. Each call keeps those before it (`Call.compute`,
+ComputeOp), and `replay.py --pace compute` runs them at those shapes before the call
+(trace/etcompute.py), as PARAM's et_replay does; the ops after the last call are not run."""
 
 import json
 import re
+from dataclasses import dataclass
 
 from .model import REDUCING, Call, Trace, TraceError, rooted_numel
 
@@ -30,6 +37,17 @@ OPS = {"allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce",
        "alltoall_base_": "all_to_all", "alltoall_": "all_to_all", "send": "send",
        "recv_": "recv", "barrier": "barrier", "monitored_barrier_": "barrier"}
 _TENSOR_TYPE = re.compile(r"Tensor\(([^)]*)\)")
+
+
+@dataclass(frozen=True)
+class ComputeOp:
+    """One ATen operator the job ran between calls, as the trace keeps it."""
+
+    name: str  # "aten::addmm"
+    schema: str  # its op_schema
+    values: list  # its inputs' values (a tensor: [id, storage, offset, elements, bytes, device])
+    types: list  # "Tensor(float)", "Int", "GenericList[Tensor(float),...]", ...
+    shapes: list
 
 
 def _is_tensor(value):
@@ -198,17 +216,32 @@ _FIELDS = {"all_reduce": _one_buffer, "broadcast": _one_buffer, "reduce": _one_b
            "barrier": lambda call, n: None}
 
 
+def _outermost_aten(node, names):
+    """An ATen operator whose parent is none: what the job's code called, not what it ran."""
+    return str(node.get("name", "")).startswith("aten::") and \
+        not names.get(node.get("ctrl_deps"), "").startswith("aten::")
+
+
+def _compute_op(node, values, types, shapes):
+    schema = _attrs(node).get("op_schema")
+    return ComputeOp(str(node.get("name")), schema, values, types, shapes) if schema else None
+
+
 def _calls(nodes, rank, world_size, path):
     world = tuple(range(world_size))
     comm_ids = {n.get("id") for n in nodes if str(n.get("name", "")).startswith("c10d::")}
+    names = {n.get("id"): str(n.get("name", "")) for n in nodes}
     calls, inflight = [], {}  # storage -> req
-    next_req = 0
+    next_req, computed = 0, []  # the compute ops since the last call
     for node in nodes:
         name = str(node.get("name", ""))
         if node.get("ctrl_deps") in comm_ids or name.startswith("gloo:") or \
                 name.startswith("nccl:") or name.startswith("## "):
             continue  # a c10d op's own children and the backend's spans
         values, types, shapes = _inputs(node)
+        if _outermost_aten(node, names):
+            op = _compute_op(node, values, types, shapes)
+            computed += [op] if op is not None else []
         outputs = node.get("outputs")
         written = outputs.get("values") if isinstance(outputs, dict) else outputs
         storages = {t[1] for t in _tensors(values) + _tensors(written or [])}
@@ -220,6 +253,7 @@ def _calls(nodes, rank, world_size, path):
             continue
         call, n = _call(node, name, values, types, shapes, rank, world_size, path)
         call.index, call.group = len(calls), world
+        call.compute, computed = computed or None, []
         # isend and irecv are the same node as send and recv; send()'s wait is inside it
         if call.op not in ("send", "recv") and n.asynchronous():
             call.req = next_req

@@ -95,6 +95,7 @@ class Call:
     step: int = None  # the job's step, where the trace knows it
     start_s: float = None  # from the trace's start, on this rank
     duration_s: float = None  # issue to completion, as the job measured it
+    compute: list = None  # an execution trace's compute ops before the call (etrace.ComputeOp)
 
     @property
     def asynchronous(self):

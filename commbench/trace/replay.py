@@ -30,7 +30,7 @@ from ..table import emit, note, output_failure, print_rank_0
 from . import agree, summary
 from .engine import Replayer, bytes_in_flight
 from .formats import FORMAT_NAMES, read
-from . import compute
+from . import compute, etcompute
 from .model import KINDS, TraceError
 
 PACES = ("sleep", "compute")
@@ -192,7 +192,7 @@ def meta(args, comm, trace):
     return {"type": "meta", "kind": "replay", "trace": os.path.abspath(args.trace),
             "trace_format": trace.format, "trace_source": trace.source,
             "trace_steps": trace.steps, **provenance.placed(comm), "warmup": args.warmup,
-            "repeat": args.repeat, "pace": args.pace is not None, "mode": mode(args),
+            "repeat": args.repeat, "pace": args.pace is not None, "mode": mode(args, trace),
             "check": args.check, **provenance.stamped()}
 
 
@@ -294,6 +294,8 @@ def run(args):
                 starts.append(call_starts)
                 passes.append(seconds)
                 came.append((replayer.entered, replayer.began))
+            if replayer.compute_ops is not None:
+                note(comm, replayer.compute_ops.said(args.repeat))
             wrong = [0] * len(replayer.calls)
             if args.check:
                 post("--check pass")
@@ -322,7 +324,13 @@ def _replayer(comm, trace, args):
     kernel calibrated."""
     replayer = Replayer(comm, trace, comm.global_rank)
     replayer.make_groups(pairs=args.isolated)
-    if args.pace == "compute":
+    if args.pace == "compute" and trace.format == "execution-trace":
+        replayer.compute_ops = etcompute.Runner(comm.device)  # the job's own ops, no gaps
+        ops = etcompute.count(replayer.calls)
+        note(comm, f"--pace compute: the execution trace keeps no times but the job's compute "
+                   f"ops: rank {comm.global_rank}'s {ops} ops run before its calls at their "
+                   f"shapes (--compute-kernel is not used)")
+    elif args.pace == "compute":
         _calibrate(comm, trace, replayer, args.compute_kernel)
     return replayer
 
@@ -392,7 +400,7 @@ def report(args, comm, trace, everyone, writer, per_trial=None):
     table = summary.kinds_table(trace, everyone)
     title = (f"---- replay of {args.trace} on {comm.world_size} ranks ({comm.backend}, "
              f"{args.dist}), {args.repeat} pass{'es' if args.repeat != 1 else ''} after "
-             f"{args.warmup} warmup, {mode(args)} ").ljust(100, "-")
+             f"{args.warmup} warmup, {mode(args, trace)} ").ljust(100, "-")
     lines = summary.kinds_lines(table, title)
     lines.append(summary.pass_line(figures, args.repeat, trace.steps))
     predicted = summary.prediction(trace, everyone)
@@ -433,10 +441,12 @@ def report(args, comm, trace, everyone, writer, per_trial=None):
         **({"per_trial": per_trial} if per_trial is not None else {})})
 
 
-def mode(args):
+def mode(args, trace=None):
     """The mode the table's title and the results file name."""
     if args.isolated:
         return "isolated"
+    if args.pace == "compute" and trace is not None and trace.format == "execution-trace":
+        return "the job's compute ops before each call"
     if args.pace == "compute":
         return f"paced, gaps filled with {args.compute_kernel} compute"
     return "paced" if args.pace else "back to back"

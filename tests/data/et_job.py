@@ -12,8 +12,10 @@ from torch.profiler import ExecutionTraceObserver
 
 dist.init_process_group("gloo")
 rank, n = dist.get_rank(), dist.get_world_size()
+layer = torch.nn.Linear(64, 64)
 observer = ExecutionTraceObserver().register_callback(f"{sys.argv[1]}/rank{rank}.json")
 observer.start()
+hidden = torch.relu(layer(torch.rand(16, 64)))  # the job's compute before its first call
 x = torch.ones(1000)
 dist.all_reduce(x)
 dist.broadcast(x, src=0)
