@@ -375,13 +375,24 @@ def _against_controls(figures, measured, sigma, typical):
     return against, words
 
 
+def _typical(figures, judgement):
+    """A healthy pair's bandwidth, what a retest without a control pair is held against: the
+    median of the first pass's pairs between hosts in no suspect (3 slow hosts of 8 are in most
+    of the screen's pairs after its first round, and the median of every pair would be theirs:
+    two of them were cleared as noise); of every pair where no such pair was measured."""
+    suspect = {h for finding in judgement.suspects for h in finding.hosts}
+    every = [(i, j, lk.bandwidth) for _, i, j, lk in figures.measured if lk.bandwidth]
+    healthy = [bw for i, j, bw in every if i not in suspect and j not in suspect]
+    chosen = healthy or [bw for _, _, bw in every]
+    return statistics.median(chosen) if chosen else None
+
+
 def confirm(figures, judgement):
     """Each suspect named when its retest is still below -RETEST_Z against the control pair
-    measured at the same time (or, with no control, against the first pass's median pair),
+    measured at the same time (or, with no control, against the first pass's median pair between unsuspected hosts),
     else cleared; then the unreachable hosts."""
     sigma = judgement.scores.sigma
-    bws = [lk.bandwidth for _, i, j, lk in figures.measured if lk.bandwidth]
-    typical = statistics.median(bws) if bws else None
+    typical = _typical(figures, judgement)
     for finding in judgement.suspects:
         if finding.intra:
             verdict.confirm_intra(figures, judgement, finding)
