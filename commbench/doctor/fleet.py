@@ -389,8 +389,8 @@ def _typical(figures, judgement):
 
 def confirm(figures, judgement):
     """Each suspect named when its retest is still below -RETEST_Z against the control pair
-    measured at the same time (or, with no control, against the first pass's median pair between unsuspected hosts),
-    else cleared; then the unreachable hosts."""
+    measured at the same time (or, with no control, against the first pass's median pair
+    between unsuspected hosts: _typical), else cleared; then the unreachable hosts."""
     sigma = judgement.scores.sigma
     typical = _typical(figures, judgement)
     for finding in judgement.suspects:
