@@ -8,11 +8,13 @@ import json
 import os
 import re
 import subprocess
+import sys
 from contextlib import contextmanager
 
 import pytest
 
-from support import ROOT, base_env, free_port, launcher_command, parse_tables, require_launcher
+from support import (ROOT, base_env, free_port, launch, launcher_command, parse_tables, rank_env,
+                     require_launcher)
 from commbench.records import results
 
 START_NOTE = re.compile(r"^commbench: (torch|deepspeed) \((torch\.distributed|deepspeed\.comm)\), ")
@@ -90,15 +92,22 @@ def test_a_closed_pipe_ends_the_run_quietly(launcher, nproc, tmp_path):
         whole_records(output)
 
 
-@pytest.mark.parametrize("launcher,nproc", [("python", 1), ("torchrun", 2), ("deepspeed", 2)])
-def test_a_full_terminal_is_one_line_and_exit_1(launcher, nproc, tmp_path):
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_full_terminal_is_one_line_and_exit_1(nproc, tmp_path):
+    """Each rank started by hand with its stdout on /dev/full (the launchers' own part in an
+    output fault is the closed pipe's test)."""
     output = tmp_path / "r.csv"
+    port = free_port()
+    cmd = [sys.executable, "run_all.py", "--backend=gloo", "--dist=torch", "--scan",
+           "--maxsize=8", f"--output={output}"]
     with open("/dev/full", "w") as full:
-        producer = start(launcher, nproc, ["--dist=torch", "--scan", "--maxsize=8",
-                                           f"--output={output}"], full)
-        status = producer.wait(timeout=240)
-    stderr = producer.stderr.read()
-    assert status == 1, stderr
+        ranks = [subprocess.Popen(cmd, cwd=ROOT, stdout=full,
+                                  env=rank_env(rank, nproc, port) if nproc > 1 else
+                                  base_env(MASTER_PORT=str(port)),
+                                  stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+                 for rank in range(nproc)]
+        stderr = "".join(rank.communicate(timeout=240)[1] for rank in ranks)
+    assert [rank.returncode for rank in ranks] == [1] * nproc, stderr
     assert_no_traceback_of_ours(stderr)
     expected = ["commbench: error: cannot write the table to stdout: No space left on device"]
     if nproc == 2:  # rank 1 is told why it stops: not a network error
@@ -124,17 +133,18 @@ def small_file_system(path, size="16k"):
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
-@pytest.mark.parametrize("launcher,nproc,name", [("python", 1, "r.jsonl"), ("torchrun", 2, "r.csv"),
-                                                 ("deepspeed", 2, "r.json")])
-def test_a_full_disk_leaves_whole_records(launcher, nproc, name, tmp_path):
+# Ranks started by hand (forked from the tests' fork server): what fills the disk is rank 0's
+# writing, whichever launcher started it; each format once, rank 1's line at world size 2.
+@pytest.mark.parametrize("nproc,name", [(1, "r.jsonl"), (2, "r.csv"), (1, "r.json")])
+def test_a_full_disk_leaves_whole_records(nproc, name, tmp_path):
     with small_file_system(tmp_path / "small") as small:
         output = small / name
         # few trials: the file fills at a larger size for shorter records (csv), and each size
         # up to it is quick
-        producer = start(launcher, nproc, ["--dist=torch", "--scan", "--stats", "--trials=5",
-                                           f"--output={output}"], subprocess.PIPE)
-        stdout, stderr = producer.communicate(timeout=300)
-        assert producer.returncode == 1, stderr
+        result = launch("run_all.py", "--dist=torch", "--scan", "--stats", "--trials=5",
+                        f"--output={output}", nproc=nproc, timeout=300)
+        stderr = result.stderr
+        assert result.returncode == 1, stderr
         assert_no_traceback_of_ours(stderr)
         records = whole_records(output)
         want = [f"commbench: error: cannot write results to {output}: No space left on device; it "
@@ -146,7 +156,7 @@ def test_a_full_disk_leaves_whole_records(launcher, nproc, name, tmp_path):
         assert errors(stderr) == sorted(want), stderr
         assert len(records) >= 3
         # The table has the size whose record did not fit, and every one before it.
-        rows = [row for table in parse_tables(stdout) for row in table.rows]
+        rows = [row for table in result.tables for row in table.rows]
         assert len(rows) == len(records) + 1
         assert [r["numel"] for r in records] == [row.numel for row in rows[:-1]]
         # report.py reads what is left.
@@ -174,10 +184,13 @@ def test_help_into_a_closed_pipe_or_a_full_disk():
                             "on device\n"
 
 
-@pytest.mark.parametrize("content,why", [("", "no results in it (an empty file)"),
-                                         ('{"a": 1}\n{"b": 2}\n',
-                                          "no results in it (not a results file of this suite)")])
-def test_report_names_a_file_that_holds_no_results(tmp_path, content, why):
+NO_RESULTS = [("", "no results in it (an empty file)"),
+              ('{"a": 1}\n{"b": 2}\n', "no results in it (not a results file of this suite)")]
+
+
+def test_report_names_a_file_that_holds_no_results(tmp_path):
+    """The line and the status from report.py itself for one such file."""
+    content, why = NO_RESULTS[1]
     path = tmp_path / "other.jsonl"
     path.write_text(content)
     result = subprocess.run(["python", "report.py", "compare", str(path), str(path)], cwd=ROOT,
@@ -186,11 +199,39 @@ def test_report_names_a_file_that_holds_no_results(tmp_path, content, why):
     assert result.stderr == f"report.py: error: {path}: {why}\n"
 
 
-@pytest.mark.parametrize("flag", ["--world-size=0", "--gpu-mem=0", "--micro-batch=0", "--tp=-1",
-                                  "--bucket-mb=-5", "--seq=x"])
-def test_report_strategy_numbers_that_make_no_sense_are_usage_errors(tmp_path, flag):
+@pytest.mark.fast  # in-process: report.py's main, as the process runs it
+@pytest.mark.parametrize("content,why", NO_RESULTS)
+def test_report_names_each_file_that_holds_no_results(tmp_path, capsys, content, why):
+    from commbench.report.cli import main as report
+    path = tmp_path / "other.jsonl"
+    path.write_text(content)
+    assert report(["compare", str(path), str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", f"report.py: error: {path}: {why}\n")
+
+
+STRATEGY_FLAGS = ["--world-size=0", "--gpu-mem=0", "--micro-batch=0", "--tp=-1", "--bucket-mb=-5",
+                  "--seq=x"]
+
+
+def assert_strategy_usage_error(flag, status, stderr):
+    assert status == 2
+    assert re.fullmatch(rf"report\.py: error: argument {flag.split('=')[0]}: .* \(see --help\)\n",
+                        stderr), stderr
+
+
+def test_report_strategy_numbers_that_make_no_sense_are_usage_errors():
+    """The line and the status from report.py itself, for one flag; each flag in-process below."""
+    flag = STRATEGY_FLAGS[-1]
     result = subprocess.run(["python", "report.py", "strategy", "r.jsonl", "--params=1B", flag],
                             cwd=ROOT, env=base_env(), capture_output=True, text=True)
-    assert result.returncode == 2
-    assert re.fullmatch(rf"report\.py: error: argument {flag.split('=')[0]}: .* \(see --help\)\n",
-                        result.stderr), result.stderr
+    assert_strategy_usage_error(flag, result.returncode, result.stderr)
+
+
+@pytest.mark.fast  # in-process: report.py's main and its parser's exit
+@pytest.mark.parametrize("flag", STRATEGY_FLAGS)
+def test_report_strategy_each_number_that_makes_no_sense(capsys, flag):
+    from commbench.report.cli import main as report
+    with pytest.raises(SystemExit) as stop:
+        report(["strategy", "r.jsonl", "--params=1B", flag])
+    assert_strategy_usage_error(flag, stop.value.code, capsys.readouterr().err)

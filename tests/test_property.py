@@ -5,12 +5,16 @@ error, or 1 for a part that is missing; a failing run says so in exactly one
 `commbench: error:` line, a successful one prints its tables and no error line; no run prints a
 traceback or any stderr line that is neither ours nor DeepSpeed's own log.
 
-World size 2 is started by hand (RANK, WORLD_SIZE, ... per process, as a hand-made launch
-script does) so that each rank's exit status and stderr are seen apart, with no launcher's
-report in between. Every run lives in a memory cgroup, so that single-size runs (SPEC's rule at
---mem-factor 1 asks for more than the machine has) and --maxsize 40 scans stay small and fast:
-the suite plans against the cgroup's limit. Examples are derandomized (the same ones each CI
-run); COMMBENCH_PROPERTY_RANDOM=1 explores new ones, COMMBENCH_PROPERTY_EXAMPLES=N sets how many.
+World size 2 is started by hand (RANK, WORLD_SIZE, ... per process, as a hand-made launch script
+does) so that each rank's exit status and stderr are seen apart, with no launcher's report in
+between. Every run lives in a memory cgroup, so that single-size runs (SPEC's rule at
+--mem-factor 1 asks for more than the machine has) and --maxsize 40 scans stay small and fast: the
+suite plans against the cgroup's limit. Each rank is forked from a fork server of this module's
+own (tests/forkserver.py, support.Forked), started inside that cgroup with oneCCL's bindings
+hidden from its interpreter: the same cgroup and imports as a new interpreter's, without its
+`import torch` again for every rank. Examples are derandomized (the same ones each
+CI run); COMMBENCH_PROPERTY_RANDOM=1 explores new ones, COMMBENCH_PROPERTY_EXAMPLES=N sets how
+many.
 """
 
 import contextlib
@@ -19,6 +23,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commbench.records import results
-from support import MIB, ROOT, base_env, free_port, memory_cgroup, parse_tables
+from support import MIB, ROOT, Forked, base_env, free_port, memory_cgroup, parse_tables
 from formulas import OPS
 
 SCRIPTS = [f"{op}.py" for op in OPS] + ["run_all.py", "run_all.py"]
@@ -111,7 +116,7 @@ def rank_command(script, flags, switches, unknown, rank, folder):
     return args + switches + ([unknown] if unknown else [])
 
 
-def run_ranks(script, world_size, flags, switches, unknown, folder, group, no_ccl):
+def run_ranks(script, world_size, flags, switches, unknown, folder, server, no_ccl):
     port = free_port()
     procs = []
     for rank in range(world_size):
@@ -119,10 +124,8 @@ def run_ranks(script, world_size, flags, switches, unknown, folder, group, no_cc
         if world_size > 1:
             env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                        LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1")
-        procs.append(subprocess.Popen(rank_command(script, flags, switches, unknown, rank, folder),
-                                      cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, preexec_fn=group.enter,
-                                      stdin=subprocess.DEVNULL))
+        procs.append(Forked(server, rank_command(script, flags, switches, unknown, rank, folder),
+                            env))
     outputs = []
     try:
         for proc in procs:
@@ -157,15 +160,41 @@ def cgroup(no_ccl):
         yield group
 
 
+@pytest.fixture(scope="module")
+def server(cgroup, no_ccl, tmp_path_factory):
+    """A fork server (tests/forkserver.py) inside the cgroup, its interpreter started with the
+    bindings hidden (PYTHONPATH): the ranks it forks are in the cgroup from their first
+    instruction and cannot import the bindings, as new interpreters started so would be."""
+    path = str(tmp_path_factory.mktemp("forkserver") / "socket")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "forkserver.py"), path],
+                            cwd=ROOT, env=base_env(PYTHONPATH=no_ccl), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, text=True, preexec_fn=cgroup.enter)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        yield path
+    finally:
+        proc.kill()
+        proc.wait()
+        # What it forked and is still ending (a waiter that has just said its rank's status)
+        # keeps the cgroup busy: gone before the cgroup is removed.
+        members = cgroup.path / "cgroup.procs"
+        deadline = time.monotonic() + 30
+        while (pids := members.read_text().split()) and time.monotonic() < deadline:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+            time.sleep(0.05)
+
+
 @settings(max_examples=EXAMPLES, deadline=None, database=None,
           derandomize=not os.environ.get("COMMBENCH_PROPERTY_RANDOM"),
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                  HealthCheck.data_too_large])
 @given(example=command_lines())
-def test_random_command_lines(cgroup, no_ccl, tmp_path_factory, example):
+def test_random_command_lines(server, no_ccl, tmp_path_factory, example):
     script, world_size, flags, switches, unknown = example
     folder = tmp_path_factory.mktemp("property")
-    outputs = run_ranks(script, world_size, flags, switches, unknown, folder, cgroup, no_ccl)
+    outputs = run_ranks(script, world_size, flags, switches, unknown, folder, server, no_ccl)
     want = expected_status(*example)
     shown = f"{script} {flags} {switches} {unknown} at world size {world_size}:\n" + \
         "\n".join(f"--- rank {r}: exit {rc}\n{err}" for r, (_, err, rc) in enumerate(outputs))
@@ -266,7 +295,7 @@ def _stale_lock():
     return lock
 
 
-def run_faulted(script, world_size, flags, switches, fault, folder, group, no_ccl):
+def run_faulted(script, world_size, flags, switches, fault, folder, server, no_ccl):
     """Start the ranks, make the fault once rank 0 printed its first row, wait for every rank.
     Returns ([(stdout, stderr, status) per rank], the results path, the stale lock or None)."""
     port = free_port()
@@ -282,9 +311,7 @@ def run_faulted(script, world_size, flags, switches, fault, folder, group, no_cc
             if world_size > 1:
                 env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                            LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1")
-            procs.append(subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True,
-                                          preexec_fn=group.enter, stdin=subprocess.DEVNULL))
+            procs.append(Forked(server, args, env))
         reader = _Rank0Reader(procs[0].stdout, close_after_row=fault == "closed pipe")
         others = [proc.stdout.read for proc in procs[1:]]
         errs = [None] * world_size
@@ -331,7 +358,7 @@ def run_faulted(script, world_size, flags, switches, fault, folder, group, no_cc
 # this fault runs in the serial part.
 @pytest.mark.parametrize("fault", [pytest.param(f, marks=pytest.mark.serial)
                                    if f == "stale lock" else f for f in FAULTS])
-def test_random_command_lines_under_faults(cgroup, no_ccl, tmp_path_factory, fault, example):
+def test_random_command_lines_under_faults(server, no_ccl, tmp_path_factory, fault, example):
     script, world_size, flags, switches = example
     # Derandomized examples are the same for every fault: turn the world size and the script
     # by the fault's place, so that each fault meets other command lines.
@@ -344,7 +371,7 @@ def test_random_command_lines_under_faults(cgroup, no_ccl, tmp_path_factory, fau
         pytest.skip("mounting a tmpfs needs root")
     folder = tmp_path_factory.mktemp("faults")
     outputs, parsed, lock = run_faulted(script, world_size, flags, switches, fault, folder,
-                                        cgroup, no_ccl)
+                                        server, no_ccl)
     shown = f"{fault}: {script} {flags} {switches} at world size {world_size}:\n" + \
         "\n".join(f"--- rank {r}: exit {rc}\n{err}" for r, (_, err, rc) in enumerate(outputs))
     statuses = [rc for _, _, rc in outputs]

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from support import ROOT, assert_no_traceback, base_env, free_port, launch
+from support import ROOT, assert_no_traceback, free_port, launch, launch_ranks
 
 DATA = ROOT / "tests" / "data"
 SHAPE = ("op", "dtype", "in_numel", "out_numel", "group", "root", "peer", "in_split",
@@ -19,6 +19,16 @@ SHAPE = ("op", "dtype", "in_numel", "out_numel", "group", "root", "peer", "in_sp
 
 def replay(directory, *args, nproc=2, timeout=240):
     return launch("replay.py", str(directory), *args, nproc=nproc, timeout=timeout)
+
+
+def job_ranks(script, trace, nproc):
+    """A user's job (`script TRACE` under torchrun in its docstring) on `nproc` ranks started
+    by hand with torchrun's environment (forked: `commbench` is the fork server's, the
+    checkout's, as its editable install or PYTHONPATH gives it): what it records is its
+    ranks', not the launcher's."""
+    status, _, stderr = launch_ranks([sys.executable, str(script), str(trace)], nproc,
+                                     free_port())
+    assert status == 0, stderr[-3000:]
 
 
 def records(path):
@@ -150,12 +160,7 @@ def test_a_job_recording_itself_replays_and_two_replays_compare(tmp_path, nproc)
     all-to-all, a subgroup, roots and peers; replayed on gloo and on oneCCL, report.py compare
     of the two; the dry run as one plain process."""
     trace = tmp_path / "trace"
-    port = free_port()
-    job = subprocess.run([str(ROOT / ".venv" / "bin" / "torchrun"), f"--nproc_per_node={nproc}",
-                          f"--master_port={port}", str(DATA / "traced_job.py"), str(trace)],
-                         cwd=ROOT, env=base_env(PYTHONPATH=str(ROOT)), capture_output=True,
-                         text=True, timeout=240)
-    assert job.returncode == 0, job.stderr[-3000:]
+    job_ranks(DATA / "traced_job.py", trace, nproc)
     calls = recorded_calls(trace, nproc)
     ops = [c["op"] for c in calls if c["rank"] == 0]
     assert ops[:8] == ["all_reduce", "all_reduce", "broadcast", "all_gather", "reduce_scatter",
@@ -201,9 +206,8 @@ def test_a_job_recording_itself_replays_and_two_replays_compare(tmp_path, nproc)
     assert text.count("<h3>the job against the replay</h3>") == len(outputs)
     total = records(outputs[0])[-1]["prediction"]["total"]
     assert f'data-value="{total["job_s"]!r}"' in text
-    dry = subprocess.run([sys.executable, "replay.py", str(trace), "--dry-run"], cwd=ROOT,
-                         env=base_env(), capture_output=True, text=True, timeout=60)
-    assert dry.returncode == 0, dry.stderr
+    dry = launch("replay.py", trace, "--dry-run", backend=None, timeout=60)  # one process
+    assert dry.returncode == 0, dry
     assert f"{nproc} ranks" in dry.stdout and "nothing was sent" in dry.stdout
 
 
@@ -241,11 +245,7 @@ def test_isolated_and_pace_compute_at_2_ranks_and_their_bad_combination(tmp_path
 def test_an_execution_trace_of_a_plain_script_replays(tmp_path):
     trace = tmp_path / "et"
     trace.mkdir()
-    port = free_port()
-    job = subprocess.run([str(ROOT / ".venv" / "bin" / "torchrun"), "--nproc_per_node=2",
-                          f"--master_port={port}", str(DATA / "et_job.py"), str(trace)],
-                         cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=240)
-    assert job.returncode == 0, job.stderr[-3000:]
+    job_ranks(DATA / "et_job.py", trace, 2)
     out = tmp_path / "replay.jsonl"
     result = replay(trace, "--check", "--output", out)
     calls = [r for r in records(out) if r["type"] == "call"]
@@ -360,9 +360,27 @@ BAD = {
 }
 
 
-@pytest.mark.parametrize("case", list(BAD))
+# A trace that cannot be read (a missing rank's file, a file that is not JSON, an unknown op) is
+# one TraceError on the same path to every rank's line and exit 2: the unknown op's run here,
+# each reader's message in-process (tests/test_logic_trace.py: rank_files, load_json, PARAM's
+# entries). The others need the ranks: their memory, their world size, their agreement.
+@pytest.mark.parametrize("case", ["unknown op", "too big", "world size", "disagree"])
 def test_a_bad_trace_is_one_line_on_every_rank(tmp_path, case):
     make, needles = BAD[case]
     make(tmp_path / "trace")
     result = replay(tmp_path / "trace", nproc=2, timeout=120)
     assert_one_line(result, *needles)
+
+
+@pytest.mark.fast  # in-process: the reader replay.py's ranks call first
+@pytest.mark.parametrize("case", ["missing rank", "not JSON"])
+def test_an_unreadable_trace_is_one_error(tmp_path, case):
+    from commbench.trace import formats
+    from commbench.trace.model import TraceError
+    make, needles = BAD[case]
+    make(tmp_path / "trace")
+    with pytest.raises(TraceError) as caught:
+        formats.read(str(tmp_path / "trace"))
+    assert "\n" not in str(caught.value)
+    for needle in needles:
+        assert needle in str(caught.value)

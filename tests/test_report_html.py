@@ -117,18 +117,16 @@ def browse(page, tmp_path):
               "--enable-logging=stderr", "--v=0", "--no-first-run",
               "--window-size=1280,2400", "--virtual-time-budget=3000"]
     url = f"file://{page}"
-    try:
-        dom = subprocess.run(common + ["--dump-dom", url], capture_output=True, text=True,
-                             timeout=120)
-        shot = tmp_path / f"{page.stem}.png"
-        screen = subprocess.run(common + [f"--screenshot={shot}", url], capture_output=True,
-                                text=True, timeout=120)
+    shot = tmp_path / f"{page.stem}.png"
+    try:  # one browser for both: the DOM on stdout and the screenshot, of the same page load
+        opened = subprocess.run(common + ["--dump-dom", f"--screenshot={shot}", url],
+                                capture_output=True, text=True, timeout=120)
     finally:
         proxy.close()
-    console = [line for line in (dom.stderr + screen.stderr).splitlines()
-               if ":CONSOLE" in line]
-    assert dom.returncode == 0 and screen.returncode == 0, dom.stderr[-2000:]
-    return dom.stdout, console, proxy.the_pages(), shot
+    console = [line for line in opened.stderr.splitlines() if ":CONSOLE" in line]
+    assert opened.returncode == 0 and shot.exists(), opened.stderr[-2000:]
+    assert "<html" in opened.stdout, opened.stdout[:2000]
+    return opened.stdout, console, proxy.the_pages(), shot
 
 
 def not_blank(png):
@@ -257,11 +255,26 @@ def test_one_run(runs, tmp_path):
     assert "no change claimed: 1 run is too few to judge one (it takes 10)" in dom
 
 
-def test_two_runs_show_the_verdicts(runs, tmp_path):
-    page = tmp_path / "two.html"
-    made = html(runs["gloo"], runs["ccl"], output=page)
+@pytest.fixture(scope="module")
+def two_runs_page(runs, tmp_path_factory):
+    """The gloo run against the ccl run on one page, opened once, which two tests read: the
+    gloo run's results file as the deepspeed launcher's rank 0 writes it (its command with
+    `--local_rank=0`), its records the run's own."""
+    import json
+    folder = tmp_path_factory.mktemp("two-runs")
+    launched = folder / "launched.jsonl"
+    lines = runs["gloo"].read_text().splitlines()
+    meta = json.loads(lines[0])
+    meta["command"][2:2] = ["--local_rank=0"]
+    launched.write_text("\n".join([json.dumps(meta)] + lines[1:]) + "\n")
+    page = folder / "answer.html"
+    made = html(launched, runs["ccl"], output=page)
     assert made.returncode == 0, made.stderr
-    dom, tables = opened(page, tmp_path)
+    return opened(page, folder)
+
+
+def test_two_runs_show_the_verdicts(runs, two_runs_page):
+    dom, tables = two_runs_page
     compared = [t for t in tables if t["attrs"].get("class") == "compare"]
     assert {t["attrs"]["data-op"] for t in compared} == set(results_of(runs["gloo"]))
     assert dom.count('class="verdict"') >= 6
@@ -346,20 +359,11 @@ def _between(dom, start, end):
     return dom[dom.index(start):dom.index(end)]
 
 
-def test_the_page_leads_with_the_answer(runs, tmp_path):
+def test_the_page_leads_with_the_answer(runs, two_runs_page):
     """Issue 36, 5: the summary first (each run's peak BusBW and small-message latency per op,
     the results file's), then what ran (the command as typed, without the launcher's
     --local_rank), the curves, the tables; a contents list; the legend last."""
-    import json
-    launched = tmp_path / "launched.jsonl"  # as the deepspeed launcher starts rank 0
-    lines = runs["gloo"].read_text().splitlines()
-    meta = json.loads(lines[0])
-    meta["command"][2:2] = ["--local_rank=0"]
-    launched.write_text("\n".join([json.dumps(meta)] + lines[1:]) + "\n")
-    page = tmp_path / "answer.html"
-    made = html(launched, runs["ccl"], output=page)
-    assert made.returncode == 0, made.stderr
-    dom, tables = opened(page, tmp_path)
+    dom, tables = two_runs_page
     sections = re.findall(r'<h2 id="([\w-]+)"', dom)
     assert sections == ["summary", "runs", "curves", "comparison", "tables-1", "tables-2",
                         "reading"], sections

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from commbench import progress
-from support import assert_no_traceback, base_env, launch
+from support import assert_no_traceback, launch
 
 REFUSAL = re.compile(r"commbench: error: (--maxsize \d+|--max-bytes \d+) asks (\w+) for "
                      r"([\d.]+ \w+) per rank, past a sweep's ceiling of ([\d.]+) (\w+) \(([\d.]+) "
@@ -55,7 +55,7 @@ def test_run_all_refuses_before_its_first_op():
 def test_a_redirected_run_says_where_it_is():
     # 3 sizes of 4 trials with rank 0 late by 1.2 s a trial: about 15 s, past EVERY_S once
     result = launch("all_reduce.py", "--scan", "--maxsize=4", "--trials=4", "--warmups=0",
-                    "--dist=torch", env=base_env(COMMBENCH_INJECT_DELAY="0:1.2"))
+                    "--dist=torch", env={"COMMBENCH_INJECT_DELAY": "0:1.2"})
     assert result.returncode == 0, result
     lines = [line for line in result.stderr.splitlines() if " sizes done in " in line]
     assert lines, result.stderr
