@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from support import ROOT, assert_no_traceback, base_env, free_port, launch
+from support import ROOT, assert_no_traceback, base_env, free_port, launch, spawn
 
 from commbench.records import results
 from commbench.records.db import schema, store as stores
@@ -88,11 +88,10 @@ def test_history_shows_the_run(two_ranks, capsys):
 
 def test_two_runs_writing_one_sqlite_file_at_once_both_land(tmp_path):
     db = tmp_path / "shared.db"
-    procs = [subprocess.Popen([sys.executable, "all_reduce.py", *SCAN, "--backend", "gloo",
-                               "--maxsize", "10", "--db", str(db), "--output",
-                               str(tmp_path / f"run{n}.jsonl")], cwd=ROOT,
-                              env=base_env(MASTER_PORT=str(free_port())), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for n in range(2)]
+    procs = [spawn([sys.executable, "all_reduce.py", *SCAN, "--backend", "gloo",
+                    "--maxsize", "10", "--db", str(db), "--output",
+                    str(tmp_path / f"run{n}.jsonl")], base_env(MASTER_PORT=str(free_port())))
+             for n in range(2)]  # forked from the fork server, both at once
     for proc in procs:
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
@@ -121,19 +120,16 @@ def _rows_of(db, op):
 def test_a_killed_run_keeps_its_finished_ops_marked_incomplete(tmp_path):
     db, output = tmp_path / "killed.db", tmp_path / "killed.jsonl"
     # every trial 50 ms late: all_reduce's 5 sizes take about a second, all_gather's as long
-    proc = subprocess.Popen([sys.executable, "run_all.py", "--dist", "torch", "--backend", "gloo",
-                             "--scan", "--maxsize", "6", "--trials", "3", "--warmups", "1",
-                             "--all-reduce", "--all-gather", "--db", str(db), "--output",
-                             str(output)], cwd=ROOT,
-                            env=base_env(MASTER_PORT=str(free_port()),
-                                         COMMBENCH_INJECT_DELAY="0:0.05"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = spawn([sys.executable, "run_all.py", "--dist", "torch", "--backend", "gloo",
+                  "--scan", "--maxsize", "6", "--trials", "3", "--warmups", "1",
+                  "--all-reduce", "--all-gather", "--db", str(db), "--output", str(output)],
+                 base_env(MASTER_PORT=str(free_port()), COMMBENCH_INJECT_DELAY="0:0.05"))
     deadline = time.monotonic() + 120
     while not _rows_of(db, "all_gather"):  # committed: the file gets each record just before
         assert proc.poll() is None and time.monotonic() < deadline, "ended before all_gather"
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.communicate(timeout=30)
     store = stores.Store(db)
     (row,) = store.runs()
     assert not row["complete"] and row["finished_at"] is None

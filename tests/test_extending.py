@@ -101,6 +101,7 @@ def test_new_op_joins_every_op_and_the_original_names(tree, tmp_path):
     assert re.search(r"--all-reduce-max\s+run all_reduce_max", help_text), help_text
     probe = tmp_path / "probe.py"
     probe.write_text(
+        f"import sys; sys.path.insert(0, {str(tree)!r})\n"
         "import utils\n"
         # gloo: the probe is of the new op's formulas, not of the backend (a one-rank oneCCL
         # start failed once in CI beside other tests: "atl_ofi_open_nw_provs failed", then
@@ -109,7 +110,7 @@ def test_new_op_joins_every_op_and_the_original_names(tree, tmp_path):
         "'--backend', 'gloo'])\n"
         "utils.init_processes(None, args)\n"
         "print('bw', *utils.get_bw('all_reduce_max', 1000, 1e-3, args))\n")
-    probed = launch(str(probe), env={"PYTHONPATH": str(tree)})
+    probed = launch(str(probe))  # forked: the tree first on its path, as PYTHONPATH would
     assert probed.returncode == 0, probed
     assert "bw 2000000.0 0.0" in probed.stdout.splitlines()
     # the report's legend reads the row

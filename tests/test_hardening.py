@@ -12,7 +12,8 @@ import pytest
 
 from commbench.ranks import builds
 from commbench.records import results
-from support import ROOT, assert_no_traceback, base_env, free_port, launcher_command
+from support import (ROOT, assert_no_traceback, base_env, finish, free_port, launcher_command,
+                     rank_env, spawn)
 from test_output_stats import kill_tree
 
 
@@ -100,8 +101,7 @@ def test_stuck_rank_hits_the_timeout(run):
     with one line naming the op and the size. The sleep outlasts run()'s hang guard (240 s)
     four times over, so a run that ends at all was ended by the deadline, not by the sleep."""
     result = run("all_reduce.py", "--scan", "--maxsize=3", "--stats", "--timeout=4",
-                 "--dist=torch", nproc=2, launcher="deepspeed",
-                 env={"COMMBENCH_INJECT_DELAY": "1:1000"})
+                 "--dist=torch", nproc=2, env={"COMMBENCH_INJECT_DELAY": "1:1000"})
     assert result.returncode != 0
     lines = [line for line in result.stderr.splitlines() if line.startswith("commbench: error:")]
     assert any(line.startswith("commbench: error: rank 0: all_reduce at 4 elements of float")
@@ -110,16 +110,14 @@ def test_stuck_rank_hits_the_timeout(run):
 
 
 def _hand_launch(args_by_rank):
-    """Start each rank by hand (RANK, WORLD_SIZE, ...), as a home-made launch script would."""
+    """Start each rank by hand (RANK, WORLD_SIZE, ...), as a home-made launch script would
+    (forked from the fork server, each with its own command line)."""
     port = free_port()
-    procs = []
-    for rank, args in enumerate(args_by_rank):
-        env = base_env(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(len(args_by_rank)),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([sys.executable, "all_reduce.py", "--backend=gloo", *args],
-                                      cwd=ROOT, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    return [(p.wait(timeout=60), *p.communicate()) for p in procs]
+    procs = [spawn([sys.executable, "all_reduce.py", "--backend=gloo", *args],
+                   rank_env(rank, len(args_by_rank), port))
+             for rank, args in enumerate(args_by_rank)]
+    outputs = finish(procs, "all_reduce.py", 60)
+    return [(p.returncode, *output) for p, output in zip(procs, outputs)]
 
 
 def test_mismatched_arguments_are_refused():
@@ -181,8 +179,11 @@ def test_interrupt_mid_scan(tmp_path, launcher, how):
     cmd = launcher_command(launcher, nproc, port, env["PATH"]) + [
         "all_gather.py", "--scan", "--maxsize=24", "--trials=20", "--dist=torch",
         f"--output={path}", "--backend=gloo"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    if launcher == "python":  # the rank itself, forked from the fork server
+        proc = spawn(cmd, env)
+    else:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     number = signal.SIGTERM if "SIGTERM" in how else signal.SIGINT
     try:
         wait_for_records(path, 3)
@@ -192,7 +193,10 @@ def test_interrupt_mid_scan(tmp_path, launcher, how):
             proc.send_signal(number)
         stdout, stderr = proc.communicate(timeout=240)  # a hang guard only
     finally:
-        kill_tree(proc.pid)
+        if launcher == "python":
+            proc.kill()
+        else:
+            kill_tree(proc.pid)
     if launcher == "python":
         assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}[number]
     else:
@@ -244,7 +248,7 @@ def test_master_addr_that_does_not_resolve(run):
         "commbench: error: rank 0: MASTER_ADDR no-such-host.invalid does not resolve")
 
 
-def test_a_stall_deadline_ends_a_block_only_once_its_calls_stop_moving():
+def test_a_stall_deadline_ends_a_block_only_once_its_calls_stop_moving(tmp_path):
     """guard.stall_deadline (replay's passes, where oneCCL never times a call out): a block that
     keeps moving runs past the limit; once it stands still for the limit, one line, exit 1.
     The block then sleeps 600 s, ten times the hang guard: the process ended at all, with the
@@ -261,7 +265,9 @@ def test_a_stall_deadline_ends_a_block_only_once_its_calls_stop_moving():
             time.sleep(600)
         print("not reached")
     """)
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=base_env(),
-                            capture_output=True, text=True, timeout=60)  # a hang guard only
-    assert (result.returncode, result.stdout) == (1, "moved\n"), result
-    assert result.stderr.splitlines() == ["commbench: error: rank 0: replay: a call did not finish"]
+    script = tmp_path / "stall.py"
+    script.write_text(code)
+    proc = spawn([sys.executable, str(script)], base_env())  # forked: torch is imported there
+    [(stdout, stderr)] = finish([proc], [script], 60)  # a hang guard only
+    assert (proc.returncode, stdout) == (1, "moved\n"), (proc.returncode, stdout, stderr)
+    assert stderr.splitlines() == ["commbench: error: rank 0: replay: a call did not finish"]

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from formulas import MORE_OPS, OPS, check_bandwidth
+from support import free_port
 
 
 # Each op script the other tests seldom start (all_reduce.py, all_gather.py and pt2pt.py run in
@@ -30,9 +31,11 @@ def test_each_op_script_runs_alone(run, op):
         check_bandwidth(op, 2, int(row.size), float(row.duration), row.throughput, row.busbw)
 
 
-def shm_left(result):
-    """DeepSpeed's shm buffers of the run (named by its master port) still in /dev/shm."""
-    port = next(a.split("=", 1)[1] for a in result.cmd if str(a).startswith("--master_port="))
+def shm_left(run):
+    """DeepSpeed's shm buffers of the run (named by its master port: the port, or a launcher's
+    run) still in /dev/shm."""
+    port = run if isinstance(run, int) else next(
+        a.split("=", 1)[1] for a in run.cmd if str(a).startswith("--master_port="))
     return sorted(p.name for p in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))
 
 
@@ -84,9 +87,14 @@ def test_torchrun_deepspeed_dist_three_ranks(run):
 
 def test_parallel_bench_zero_leaves_nothing_in_dev_shm(run):
     """ZeRO starts DeepSpeed's communication itself (deepspeed.initialize), after the suite's
-    start-up: its shm buffers are unlinked there too."""
+    start-up: its shm buffers are unlinked there too. The ranks are started by hand with what
+    the deepspeed launcher adds to torchrun's environment (LOCAL_SIZE, CROSS_RANK, CROSS_SIZE:
+    DeepSpeed's shm op then takes every rank for one host's); the launcher's own run is the
+    test above."""
+    port = free_port()
     result = run("parallel_bench.py", "--strategy=zero1", "--hidden=64", "--layers=2", "--heads=4",
                  "--vocab=128", "--seq=8", "--micro-batch=2", "--micro-batches=1", "--steps=1",
-                 "--warmup=0", nproc=2, launcher="deepspeed")
+                 "--warmup=0", nproc=2, env={"MASTER_PORT": str(port), "LOCAL_SIZE": "2",
+                                             "CROSS_RANK": "0", "CROSS_SIZE": "1"})
     assert result.returncode == 0, result
-    assert shm_left(result) == []
+    assert shm_left(port) == []

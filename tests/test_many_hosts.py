@@ -6,12 +6,14 @@ torn down by name (and every process in them killed) even when a test fails."""
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from support import BIN, ROOT, SIM_HOSTS as SCRIPT, base_env, free_port, parse_tables
+from support import (BIN, ROOT, SIM_HOSTS as SCRIPT, base_env, finish, free_port, parse_tables,
+                     rank_env)
 
 
 def across(name, subnet, count, nproc, *args, timeout=240):
@@ -30,6 +32,31 @@ def across(name, subnet, count, nproc, *args, timeout=240):
                                       stdin=subprocess.DEVNULL))
     outputs = [proc.communicate(timeout=timeout) for proc in procs]
     return outputs[0][0], [err for _, err in outputs], [proc.returncode for proc in procs]
+
+
+def by_hand(name, subnet, count, nproc, *args, timeout=240):
+    """run_all.py's ranks started by hand in each host, with the environment torchrun's
+    multi-node launch gives them (rank 0 on host 1, whose address is MASTER_ADDR), without
+    torchrun's agents: for the tests whose point is not the launcher (torchrun's own run is
+    test_two_hosts_two_ranks_each_under_torchrun). The same answer as across(): (host 1's
+    stdout, every host's stderr, each host's first non-zero exit status or 0)."""
+    port = free_port()
+    procs, cmd = [], None
+    for node in range(count):
+        for local in range(nproc):
+            env = rank_env(node * nproc + local, count * nproc, port, LOCAL_RANK=str(local),
+                           LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR=f"{subnet}.1")
+            cmd = [str(SCRIPT), "run", name, str(node + 1), "env", f"PATH={env['PATH']}",
+                   sys.executable, "run_all.py", "--backend=gloo", *map(str, args)]
+            procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True,
+                                          stdin=subprocess.DEVNULL))
+    outputs = finish(procs, cmd, timeout)
+    hosts = [range(node * nproc, (node + 1) * nproc) for node in range(count)]
+    statuses = [next((procs[i].returncode for i in ranks if procs[i].returncode), 0)
+                for ranks in hosts]
+    return ("".join(outputs[i][0] for i in hosts[0]),
+            ["".join(outputs[i][1] for i in ranks) for ranks in hosts], statuses)
 
 
 @pytest.mark.parametrize("dist", ["torch", "deepspeed"])
@@ -62,10 +89,10 @@ def test_two_hosts_two_ranks_each_under_torchrun(hosts, tmp_path, dist):
 
 def test_three_hosts(hosts, tmp_path):
     """3 hosts (not a power of two) of one rank each: the world, and the inter-host layout
-    (one group of the 3, through a sub-group)."""
+    (one group of the 3, through a sub-group). Ranks started by hand in each host."""
     name, subnet = hosts(3)
     output = tmp_path / "three.jsonl"
-    stdout, stderrs, statuses = across(name, subnet, 3, 1, "--dist=torch", "--all-reduce",
+    stdout, stderrs, statuses = by_hand(name, subnet, 3, 1, "--dist=torch", "--all-reduce",
                                        "--all-to-all", "--scan", "--maxsize=5", "--trials=2",
                                        "--check", "--groups=world,inter", f"--output={output}")
     assert statuses == [0, 0, 0], stderrs

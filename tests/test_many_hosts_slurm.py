@@ -65,10 +65,15 @@ def in_host(name, conf, *cmd, timeout=240):
                     f"{text(error.stdout)[-3000:]}\n--- stderr\n{text(error.stderr)[-6000:]}")
 
 
-@pytest.mark.parametrize("dist", ["torch", "deepspeed"])
-def test_srun_across_two_hosts(cluster, tmp_path, dist):
+def test_srun_across_two_hosts(cluster, tmp_path):
+    """Both layers, one after the other on one cluster."""
+    for dist in ("torch", "deepspeed"):
+        srun_across_two_hosts(cluster, tmp_path, dist)
+
+
+def srun_across_two_hosts(cluster, tmp_path, dist):
     name, subnet, conf = cluster
-    output = tmp_path / "slurm.jsonl"
+    output = tmp_path / f"slurm-{dist}.jsonl"
     result = in_host(name, conf, "srun", "-N", "2", "--ntasks-per-node=2", "--overcommit",
                      sys.executable, "run_all.py", f"--dist={dist}", "--backend=gloo",
                      "--scan", "--maxsize=5",
@@ -89,9 +94,15 @@ def test_srun_across_two_hosts(cluster, tmp_path, dist):
     assert meta["master_port"] == "29500"
 
 
-def test_node_list_is_compressed_and_read_back(cluster):
+def test_node_list_is_compressed_and_read_back_then_down_stops_every_daemon(cluster):
     """srun hands each task the node list compressed, the whole run of trailing digits as the
-    number (NAME `cb12ab34` gives `cb12ab[341-342]`); the suite reads it back."""
+    number (NAME `cb12ab34` gives `cb12ab[341-342]`); the suite reads it back. Then the same
+    cluster is stopped: every daemon gone, the hosts left up."""
+    node_list_is_compressed_and_read_back(cluster)
+    down_stops_every_daemon(cluster)
+
+
+def node_list_is_compressed_and_read_back(cluster):
     from commbench.ranks.launch import expand_nodelist
     name, _, conf = cluster
     result = in_host(name, conf, "srun", "-N", "2", "--ntasks-per-node=1", "sh", "-c",
@@ -116,7 +127,7 @@ def running(pid):
     return state != "Z"
 
 
-def test_down_stops_every_daemon(cluster):
+def down_stops_every_daemon(cluster):
     name, _, _ = cluster
     state = STATE_ROOT / name / "slurm"
     files = sorted(state.glob("run/*.pid")) + [state / "munge" / "munged.pid"]

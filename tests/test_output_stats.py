@@ -16,7 +16,7 @@ import pytest
 
 import commbench
 from commbench.records import results
-from support import ROOT, base_env, free_port, launcher_command, parse_tables
+from support import ROOT, base_env, finish, free_port, launch, parse_tables, rank_env, spawn
 
 
 def printed_figures(row, bw_unit="Gbps"):
@@ -97,25 +97,26 @@ def test_unwritable_output_fails_before_measuring(run, tmp_path, path, text, lau
 
 @pytest.mark.parametrize("extension", [".jsonl", ".csv", ".json"])
 def test_results_survive_sigkill(tmp_path, extension):
-    """Kill every rank mid-scan: every size measured before the kill is readable."""
+    """Kill every rank mid-scan: every size measured before the kill is readable. (The ranks
+    are started by hand, forked; a killed launcher's ranks: test_hardening.py.)"""
     path = tmp_path / f"killed{extension}"
     port = free_port()
-    env = base_env(MASTER_PORT=str(port))
-    cmd = launcher_command("torchrun", 2, port, env["PATH"]) + [
-        "all_gather.py", "--scan", "--maxsize=24", "--trials=20", "--dist=torch", f"--output={path}",
-        "--backend=gloo"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    cmd = [sys.executable, "all_gather.py", "--scan", "--maxsize=24", "--trials=20",
+           "--dist=torch", f"--output={path}", "--backend=gloo"]
+    procs = [spawn(cmd, rank_env(rank, 2, port)) for rank in range(2)]
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if path.exists() and path.stat().st_size and len(_records(path)) >= 4:
                 break
             time.sleep(0.05)
-        kill_tree(proc.pid)
-        stdout = proc.communicate(timeout=30)[0]
+        for proc in procs:
+            proc.kill()
+        stdout = finish(procs, cmd, 30)[0][0]
     finally:
-        kill_tree(proc.pid)
+        for proc in procs:
+            proc.kill()
+    assert all(proc.returncode != 0 for proc in procs)
     records = _records(path)
     rows = parse_tables(stdout)[0].rows if stdout.strip() else []
     assert 4 <= len(records) < 23
@@ -206,13 +207,16 @@ def test_independent_wall_clock_agrees(run, tmp_path):
     call's start to the last one's end, at most the span from the last warm-up's end to the
     next size's first call (the harness's window lies between them). Orderings of one clock's
     readings, so no neighbour's load can move the verdict; the printed mean's 3 decimals aside."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(CLOCK_SITE)
+    # The clock wraps torch.distributed.all_reduce before all_reduce.py starts, as a
+    # sitecustomize would (a script run first, so that the ranks can be forked)
+    clocked = tmp_path / "clocked.py"
+    clocked.write_text(CLOCK_SITE + f"import runpy, sys\nsys.path[0] = {str(ROOT)!r}\n"
+                       f"sys.argv[0] = {str(ROOT / 'all_reduce.py')!r}\n"
+                       "runpy.run_path(sys.argv[0], run_name='__main__')\n")
     warmups, trials = 3, 20
-    result = run("all_reduce.py", "--scan", "--raw", "--maxsize=16", f"--trials={trials}",
-                 f"--warmups={warmups}", "--dist=torch", nproc=2,
-                 env={"PYTHONPATH": str(site), "CLOCK_DIR": str(tmp_path)})
+    result = run(str(clocked), "--scan", "--raw", "--maxsize=16", f"--trials={trials}",
+                 f"--warmups={warmups}", "--dist=torch", "--backend=gloo", nproc=2,
+                 env={"CLOCK_DIR": str(tmp_path)})
     assert result.returncode == 0, result
     calls = [json.loads(line) for line in (tmp_path / "rank0").read_text().splitlines()]
     rows = result.table("all_reduce").rows
@@ -255,6 +259,6 @@ def test_progress_bar_only_on_a_terminal(tmp_path):
     assert proc.returncode == 0
     assert b"all_reduce" in screen and b"size" in screen and b"\r" in screen  # tqdm's bar
     assert "\r" not in stdout and len(parse_tables(stdout)[0].rows) == 11
-    redirected = subprocess.run(cmd, cwd=ROOT, env=base_env(MASTER_PORT=str(free_port())),
-                                capture_output=True, text=True, timeout=60)
+    redirected = launch(*cmd[1:], timeout=60)  # forked: stderr a pipe
+    assert redirected.returncode == 0, redirected
     assert "\r" not in redirected.stderr and "%|" not in redirected.stderr

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from support import ROOT, base_env, free_port, launch, parse_tables
+from support import ROOT, base_env, finish, free_port, launch, parse_tables
 
 USER_JOB = '''"""A user's job: three steps of an all_reduce and a broadcast, recorded (docs/replay.md)."""
 import sys
@@ -169,20 +169,34 @@ def test_python_m_commbench_under_the_launchers(installed, launcher, tmp_path):
     assert meta["dist"] == "deepspeed" and meta["versions"]["commbench"] == "0.1.0"
 
 
+def _ranks(python, work, nproc, *argv, timeout=240):
+    """`python ARGV` as `nproc` ranks started by hand in the user's shell, with the environment
+    torchrun gives them (torchrun's own run of the package: the launcher tests above): each
+    rank's (exit status, stdout, stderr)."""
+    port = free_port()
+    procs = []
+    for rank in range(nproc):
+        env = dict(_env(python), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
+                   LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([str(python), *map(str, argv)], cwd=work, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      stdin=subprocess.DEVNULL))
+    outputs = finish(procs, argv, timeout)
+    return [(proc.returncode, *output) for proc, output in zip(procs, outputs)]
+
+
 def test_a_users_job_records_and_the_command_replays_it(installed, tmp_path):
     python, _, work = installed
     (work / "job.py").write_text(USER_JOB)
     trace = tmp_path / "trace"
-    recorded = _run(python, work, python, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                    f"--master_port={free_port()}", "job.py", trace)
-    assert recorded.returncode == 0, recorded.stderr
+    recorded = _ranks(python, work, 2, "job.py", trace)
+    assert [status for status, _, _ in recorded] == [0, 0], recorded
     assert sorted(p.name for p in trace.iterdir()) == ["rank0.json", "rank1.json"]
     dry = _run(python, work, python.parent / "commbench", "replay", trace, "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    replayed = _run(python, work, python, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                    f"--master_port={free_port()}", "-m", "commbench", "replay", trace,
-                    "--check", "--backend=gloo", f"--output={tmp_path / 'replay.jsonl'}")
-    assert replayed.returncode == 0, replayed.stderr
+    replayed = _ranks(python, work, 2, "-m", "commbench", "replay", trace, "--check",
+                      "--backend=gloo", f"--output={tmp_path / 'replay.jsonl'}")
+    assert [status for status, _, _ in replayed] == [0, 0], replayed
     records = [json.loads(line) for line in (tmp_path / "replay.jsonl").read_text().splitlines()]
     for rank in (0, 1):
         calls = [r for r in records if r.get("type") == "call" and r["rank"] == rank]

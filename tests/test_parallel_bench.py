@@ -17,12 +17,11 @@ hidden h, L layers; activation A = b·s·h·es bytes):
 
 import json
 import re
-import subprocess
 import sys
 
 import pytest
 
-from support import ROOT, assert_no_traceback, base_env, free_port, launch
+from support import ROOT, assert_no_traceback, finish, free_port, launch, rank_env, spawn
 
 STEPS, WARMUP = 4, 1
 TINY = dict(hidden=64, layers=3, heads=4, vocab=256, seq=16, micro_batch=4, micro_batches=2)
@@ -211,14 +210,12 @@ def test_bfloat16_moves_two_bytes_an_element(two_bf16):
 
 
 def spawn_ranks(n, *args):
-    """n ranks started by hand (torchrun's environment), so every rank's exit status is seen."""
+    """n ranks started by hand (torchrun's environment), forked from the fork server, so every
+    rank's exit status is seen."""
     port = free_port()
-    procs = [subprocess.Popen(
-        [sys.executable, "parallel_bench.py", *args], cwd=ROOT, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=base_env(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(n), LOCAL_WORLD_SIZE=str(n),
-                     MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))) for r in range(n)]
-    outputs = [proc.communicate(timeout=120) for proc in procs]
+    cmd = [sys.executable, "parallel_bench.py", *map(str, args)]
+    procs = [spawn(cmd, rank_env(r, n, port)) for r in range(n)]
+    outputs = finish(procs, cmd, 120)
     return [proc.returncode for proc in procs], "".join(out for out, _ in outputs), \
         "".join(err for _, err in outputs)
 

@@ -34,13 +34,13 @@ def test_barrier_check_catches_ranks_that_do_not_wait(run, tmp_path):
     counted wrong, in a real two-rank process group."""
     probe = tmp_path / "probe.py"
     probe.write_text(
+        f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
         "import utils, barrier\n"
         "args = utils.benchmark_parser().parse_args(['--dist', 'torch'])\n"
         "comm = utils.init_processes(None, args)\n"
         "print('rank', comm.rank, 'waited', barrier.BARRIER.check(comm, comm.dist.barrier, args),\n"
         "      'skipped', barrier.BARRIER.check(comm, lambda: None, args), flush=True)\n")
-    result = launch(str(probe), nproc=2, env={"PYTHONPATH": str(ROOT)},
-                    launcher="torchrun")
+    result = launch(str(probe), nproc=2)
     lines = sorted(line for line in result.stdout.splitlines() if line.startswith("rank"))
     assert result.returncode == 0, result
     assert lines == ["rank 0 waited 0 skipped 1", "rank 1 waited 0 skipped 0"]
