@@ -12,7 +12,8 @@ import time
 import pytest
 
 from commbench.records import results
-from support import BIN, ROOT, SIM_HOSTS, base_env, free_port, launch
+from support import (BIN, ROOT, SIM_HOSTS, base_env, finish, free_port, launch, rank_env,
+                     spawn)
 
 # Run alone (make test's second part): the verdict judges latency and bandwidth: other tests' load
 # would be its noise.
@@ -39,17 +40,25 @@ def across(name, subnet, count, nproc, *args, dist="torch", timeout=300):
 
 
 def by_hand(name, subnet, count, *args):
-    """One rank per host, started by hand (RANK, WORLD_SIZE, ... as a launch script sets them):
-    each rank's process is its own, to kill or to wait for."""
+    """One rank a host, each started by hand (RANK, LOCAL_RANK, WORLD_SIZE, ... as a launch
+    script sets them) and forked from the tests' fork server into its host's namespaces
+    (tests/on_sim_host.py: what sim-hosts.sh run does, without a new interpreter's `import
+    torch`): each rank's process is its own, to kill or to wait for. The launcher across hosts
+    is torchrun's in `across` (and DeepSpeed's in docs/doctor.md's example)."""
     port = free_port()
-    env = base_env()
-    return [subprocess.Popen(
-        [str(SIM_HOSTS), "run", name, str(node + 1), "env", f"PATH={env['PATH']}",
-         f"RANK={node}", "LOCAL_RANK=0", f"WORLD_SIZE={count}", "LOCAL_WORLD_SIZE=1",
-         f"MASTER_ADDR={subnet}.1", f"MASTER_PORT={port}", "OMP_NUM_THREADS=1",
-         sys.executable, "doctor.py", "--backend=gloo", "--dist=torch", *args],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        stdin=subprocess.DEVNULL) for node in range(count)]
+    return [spawn([sys.executable, str(ROOT / "tests" / "on_sim_host.py"), name, str(node + 1),
+                   "doctor.py", "--backend=gloo", "--dist=torch", *args],
+                  rank_env(node, count, port, LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                           MASTER_ADDR=f"{subnet}.1"))
+            for node in range(count)]
+
+
+def forked(name, subnet, count, *args, timeout=300):
+    """doctor.py on `count` hosts, one rank each, by hand (by_hand): as `across` gives it, (rank
+    0's stdout, every rank's stderr, exit statuses)."""
+    procs = by_hand(name, subnet, count, *args)
+    outputs = finish(procs, "doctor.py", timeout)  # every rank's pipes read at once
+    return outputs[0][0], [err for _, err in outputs], [proc.returncode for proc in procs]
 
 
 def slow_host(name, index, rate="200mbit"):
@@ -150,14 +159,13 @@ def test_a_slow_host_is_named_and_only_it(hosts, tmp_path):
     assert titles == ["bandwidth row -> column (Gbps)", "both ways at once (Gbps)",
                       "latency one way (us)"]
     assert figure._suptitle.get_text() == f"doctor: 4 hosts, gloo: suspect host {name}3"
-    plotted = subprocess.run([sys.executable, "report.py", "plot", str(output), "-o",
-                              str(tmp_path / "p.png")], cwd=ROOT, env=base_env(),
-                             capture_output=True, text=True, timeout=120)
-    assert plotted.returncode == 0, plotted.stderr
+    # report.py plot and html, in this process (report.py's own process draws a doctor run in
+    # docs/doctor.md's example, which the docs test runs)
+    from commbench.report.cli import main as report
+    assert report(["plot", str(output), "-o", str(tmp_path / "p.png")]) == 0
+    assert (tmp_path / "p.png").stat().st_size > 20_000
     page = tmp_path / "doctor.html"  # report.py html: the heatmaps and the finding on the page
-    made = subprocess.run([sys.executable, "report.py", "html", str(output), "-o", str(page)],
-                          cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=120)
-    assert made.returncode == 0, made.stderr
+    assert report(["html", str(output), "-o", str(page)]) == 0
     text = page.read_text()
     assert text.count("<svg") == 1 and "latency one way (us)" in text
     assert f"slow host {name}3 (bandwidth of its links to the other hosts): its links" in text
@@ -172,7 +180,7 @@ def test_a_screen_of_three_hosts_runs_the_full_plan_and_names_the_slow_one(hosts
     name, subnet = hosts(3)
     slow_host(name, 2)
     output = tmp_path / "three.jsonl"
-    stdout, stderrs, statuses = across(name, subnet, 3, 1, *QUICK, "--plan=screen",
+    stdout, stderrs, statuses = forked(name, subnet, 3, *QUICK, "--plan=screen",
                                        f"--output={output}")
     assert statuses == [1, 1, 1], stdout + stderrs[0]
     assert "--plan screen judges each pair against the other pairs of its round, and 3 hosts " \
@@ -189,7 +197,7 @@ def test_a_slow_link_is_named_and_neither_of_its_hosts(hosts, tmp_path):
     name, subnet = hosts(4)
     slow_link(name, subnet, 1, 2)
     output = tmp_path / "link.jsonl"
-    stdout, stderrs, statuses = across(name, subnet, 4, 1, *QUICK, f"--output={output}")
+    stdout, stderrs, statuses = forked(name, subnet, 4, *QUICK, f"--output={output}")
     assert statuses == [1, 1, 1, 1], stdout + stderrs[0]
     _, _, final = verdict_of(output)
     assert (final["suspect_hosts"], final["suspect_links"], final["unreachable"]) == \
@@ -202,11 +210,7 @@ def test_a_slow_link_is_named_and_neither_of_its_hosts(hosts, tmp_path):
 def run_by_hand(name, subnet, count, *args, timeout=240):
     """by_hand's ranks waited for: (rank 0's stdout and stderr, exit statuses)."""
     procs = by_hand(name, subnet, count, *args)
-    try:
-        outputs = [proc.communicate(timeout=timeout) for proc in procs]
-    finally:
-        for proc in procs:
-            proc.kill()
+    outputs = finish(procs, "doctor.py", timeout)
     return outputs[0], [proc.returncode for proc in procs]
 
 
@@ -278,8 +282,8 @@ def test_a_bad_topology_is_refused_before_anything_starts(tmp_path):
         "(line 1) and s2", line
 
 
-@serial
 def test_a_topology_naming_an_unknown_host_is_one_line_before_any_measurement(tmp_path):
+    """(Beside other tests: refused before any rank measures.)"""
     conf = tmp_path / "other.conf"
     conf.write_text("# another cluster's\nSwitchName=s1 Nodes=elsewhere[1-2]\n")
     result = launch("doctor.py", "--dist=torch", "--backend=gloo", f"--topology={conf}",
@@ -427,15 +431,13 @@ def test_uneven_ranks_per_host_is_one_line(hosts):
     """2 ranks on host 1, 1 on host 2: refused before anything is measured, on every rank."""
     name, subnet = hosts(2)
     port = free_port()
-    env = base_env()
     layout = [(1, 0, 0, 2), (1, 1, 1, 2), (2, 2, 0, 1)]  # host, rank, local rank, local size
-    procs = [subprocess.Popen(
-        [str(SIM_HOSTS), "run", name, str(host), "env", f"PATH={env['PATH']}", f"RANK={rank}",
-         f"LOCAL_RANK={local}", "WORLD_SIZE=3", f"LOCAL_WORLD_SIZE={size}",
-         f"MASTER_ADDR={subnet}.1", f"MASTER_PORT={port}", sys.executable, "doctor.py",
-         "--backend=gloo", "--dist=torch"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True) for host, rank, local, size in layout]
-    outputs = [proc.communicate(timeout=120) for proc in procs]
+    procs = [spawn([sys.executable, str(ROOT / "tests" / "on_sim_host.py"), name, str(host),
+                    "doctor.py", "--backend=gloo", "--dist=torch"],
+                   rank_env(rank, 3, port, LOCAL_RANK=str(local), LOCAL_WORLD_SIZE=str(size),
+                            MASTER_ADDR=f"{subnet}.1"))
+             for host, rank, local, size in layout]  # forked into their hosts (by_hand)
+    outputs = finish(procs, "doctor.py", 120)
     assert [proc.returncode for proc in procs] == [2, 2, 2], outputs
     errors = [line for _, err in outputs for line in err.splitlines()
               if line.startswith("commbench: error:")]
@@ -483,7 +485,7 @@ def test_a_fleet_alike_is_healthy_at_its_bound_and_named_below_it(hosts, tmp_pat
         slow_host(name, host, "1gbit")
     quick = ["--large-bytes=2M", "--trials=10", "--repeat=2"]
     output = tmp_path / "at.jsonl"
-    stdout, stderrs, statuses = across(name, subnet, 3, 1, *quick, "--peak=1gbit",
+    stdout, stderrs, statuses = forked(name, subnet, 3, *quick, "--peak=1gbit",
                                        f"--output={output}")
     assert statuses == [0, 0, 0], stdout + stderrs[0]
     assert "commbench: doctor: bound: given 1 Gb/s (--peak); a link below 0.7 of it is named" \
@@ -495,7 +497,7 @@ def test_a_fleet_alike_is_healthy_at_its_bound_and_named_below_it(hosts, tmp_pat
     reached = [link["fraction"] for link in final["bound"]["links"]]
     assert len(reached) == 3 and all(0.7 <= f <= 1.05 for f in reached), reached
     output = tmp_path / "below.jsonl"
-    stdout, stderrs, statuses = across(name, subnet, 3, 1, *quick, "--peak=4gbit",
+    stdout, stderrs, statuses = forked(name, subnet, 3, *quick, "--peak=4gbit",
                                        f"--output={output}")
     assert statuses == [1, 1, 1], stdout + stderrs[0]
     named = [line for line in stderrs[0].splitlines() if line.startswith("commbench: slow ")]

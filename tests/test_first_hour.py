@@ -8,11 +8,12 @@ import json
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from commbench.records import results
-from commbench.report import buckets, strategy
+from commbench.report import buckets, cli as report_cli, strategy
 from commbench.report.runs import Measurement
 from support import ROOT, base_env, launch
 from test_overlap_buckets import FIXTURE, MIB, exposed_model, fixture_curve, table_rows
@@ -23,6 +24,16 @@ PYTHON = sys.executable
 def report(*args):
     return subprocess.run([PYTHON, "report.py", *map(str, args)], cwd=ROOT, env=base_env(),
                           capture_output=True, text=True, timeout=120)
+
+
+def in_process(capsys, *args):
+    """report.py's command in this process (commbench.report.cli.main, what report.py runs):
+    its exit status, stdout and stderr as report() gives them. report.py's own process is run
+    by the docs' examples (overlap.md's buckets) and by the refusals below."""
+    capsys.readouterr()
+    status = report_cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return SimpleNamespace(returncode=status, stdout=out, stderr=err)
 
 
 # ------------------------------------------------------------------ report.py buckets
@@ -60,26 +71,27 @@ def test_buckets_closed_form_equals_the_bucket_by_bucket_model():
                 exposed_model(t, pct, grad, size, backward) * 1e3, rel=1e-9, abs=1e-9)
 
 
-def test_buckets_consider_the_sizes_they_say_and_answer_at_once(tmp_path):
-    result = report("buckets", FIXTURE, "--grad-mb=100", "--backward-ms=200", "--plot",
-                    tmp_path / "b.png")
+def test_buckets_consider_the_sizes_they_say_and_answer_at_once(tmp_path, capsys):
+    result = in_process(capsys, "buckets", FIXTURE, "--grad-mb=100", "--backward-ms=200",
+                        "--plot", tmp_path / "b.png")
     assert result.returncode == 0, result.stderr
     assert "Measured bucket sizes from 1 MiB up to the gradients (--min-bucket for smaller " \
            "ones)." in result.stdout
     rows = table_rows(result.stdout)
     assert list(rows)[0] == "1 MiB" and "16 B" not in rows and "8 KiB" not in rows
-    lower = table_rows(report("buckets", FIXTURE, "--grad-mb=100", "--min-bucket=64K").stdout)
+    lower = table_rows(in_process(capsys, "buckets", FIXTURE, "--grad-mb=100",
+                                  "--min-bucket=64K").stdout)
     assert list(lower)[0] == "64 KiB"
     assert (tmp_path / "b.png").stat().st_size > 10_000
 
 
 # ------------------------------------------------------------------ units
 
-def test_compare_and_plot_use_the_runs_bandwidth_unit(two_runs, tmp_path):
+def test_compare_and_plot_use_the_runs_bandwidth_unit(two_runs, tmp_path, capsys):
     """The table's --bw-unit everywhere: a Gbps run compares and plots in Gbps (bits), a GBps
     run in GB/s, the same figure either way."""
     path = two_runs["torch"][0]
-    gbps = report("compare", path, path)
+    gbps = in_process(capsys, "compare", path, path)
     assert gbps.returncode == 0, gbps.stderr
     head = next(line for line in gbps.stdout.splitlines() if line.strip().startswith("size"))
     assert "busbw A (Gbps)" in head and "GB/s" not in gbps.stdout
@@ -95,7 +107,7 @@ def test_compare_and_plot_use_the_runs_bandwidth_unit(two_runs, tmp_path):
     meta["bw_unit"] = "GBps"
     other = tmp_path / "gbytes.jsonl"
     other.write_text("\n".join([json.dumps(meta)] + lines[1:]) + "\n")
-    gbytes = report("compare", other, other)
+    gbytes = in_process(capsys, "compare", other, other)
     assert "busbw A (GB/s)" in gbytes.stdout and "(Gbps)" not in gbytes.stdout
     sys.path.insert(0, str(ROOT))
     from commbench.report.plot import plot
@@ -136,36 +148,37 @@ def _layout_run(path, layouts, sizes):
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
 
 
-def test_layouts_of_a_run_that_stopped_before_inter(tmp_path):
+def test_layouts_of_a_run_that_stopped_before_inter(tmp_path, capsys):
     """A --groups world,intra,inter run interrupted during inter: world and intra have figures
     for 32 B to 4 MiB; the verdict compares them, not 'no size measured in two layouts'."""
     path = tmp_path / "partial.jsonl"
     _layout_run(path, ["world", "intra"], [32 * 4 ** k for k in range(9)])
-    result = report("compare", path)
+    result = in_process(capsys, "compare", path)
     assert result.returncode == 0, result.stderr
     verdict = result.stdout.strip().splitlines()[-1]
     assert verdict.startswith("all_reduce: world / intra-host time ") and \
         "at large messages" in verdict and "at small messages" in verdict, result.stdout
 
 
-def test_sizes_between_the_groups_are_said(tmp_path):
+def test_sizes_between_the_groups_are_said(tmp_path, capsys):
     path = tmp_path / "mid.jsonl"
     _layout_run(path, ["world"], [128 * 1024, 256 * 1024])
-    both = report("compare", path, path)
+    both = in_process(capsys, "compare", path, path)
     assert "2 sizes from 64 KiB to under 1 MiB in neither group" in both.stdout, both.stdout
     layouts = tmp_path / "mid-layouts.jsonl"
     _layout_run(layouts, ["world", "intra"], [128 * 1024, 256 * 1024])
-    verdict = report("compare", layouts).stdout.strip().splitlines()[-1]
+    verdict = in_process(capsys, "compare", layouts).stdout.strip().splitlines()[-1]
     assert "over the 2 sizes both have (128 KiB to 256 KiB, between the small and the large " \
            "group)" in verdict, verdict
 
 
 # ------------------------------------------------------------------ refusals and flags
 
-def test_plot_and_compare_refuse_a_document_that_quotes_tables(tmp_path):
-    for args in (["plot", ROOT / "README.md", "-o", tmp_path / "r.png"],
-                 ["compare", ROOT / "README.md", ROOT / "docs" / "running.md"]):
-        result = report(*args)
+def test_plot_and_compare_refuse_a_document_that_quotes_tables(tmp_path, capsys):
+    """plot in this process, compare as report.py's own process (its one line and status)."""
+    for args, way in ((["plot", ROOT / "README.md", "-o", tmp_path / "r.png"], in_process),
+                      (["compare", ROOT / "README.md", ROOT / "docs" / "running.md"], None)):
+        result = way(capsys, *args) if way else report(*args)
         assert result.returncode == 1 and not (tmp_path / "r.png").exists()
         assert result.stderr.strip() == (
             f"report.py: error: {ROOT / 'README.md'}: a document that quotes tables (in markdown "
@@ -191,7 +204,7 @@ def test_stdout_is_tables_and_the_deepspeed_launchers_own_lines():
     """README: stdout holds the tables only, but for the deepspeed launcher's own log lines,
     which its process writes before the ranks start (they start with `[`)."""
     result = launch("all_reduce.py", "--scan", "--maxsize=3", "--trials=2", "--dist=deepspeed",
-                    nproc=2, launcher="deepspeed")
+                    nproc=1, launcher="deepspeed")  # its runner, launch.py and one rank
     assert result.returncode == 0, result
     for line in result.stdout.splitlines():
         assert (not line or line.startswith(("----", "Size (Bytes)", "[")) or

@@ -69,7 +69,8 @@ def test_repeat_with_check_stats_and_budget_keeps_the_column_order(run):
 
 @serial
 def test_same_command_compares_as_no_significant_difference(run, tmp_path):
-    """Three runs of one command (pinned, 5 windows a size), compared in pairs: at most 25% of
+    """Three runs of one command (pinned, 5 windows of 20 trials a size), compared in pairs:
+    at most 25% of
     the sizes are marked over the three pairs (measured here: 10%, 6 of 60; a 95% interval
     promises 5%, but drift between runs is more than one run's windows see), and every verdict
     carries its interval. The group verdicts are not held to "no significant difference": a run
@@ -78,8 +79,8 @@ def test_same_command_compares_as_no_significant_difference(run, tmp_path):
     paths = []
     for i in range(3):
         paths.append(tmp_path / f"run{i}.jsonl")
-        result = run("all_reduce.py", "--scan", "--maxsize=12", "--repeat=5", "--pin",
-                     "--dist=torch", f"--output={paths[-1]}", nproc=2)
+        result = run("all_reduce.py", "--scan", "--maxsize=12", "--repeat=5", "--trials=20",
+                     "--pin", "--dist=torch", f"--output={paths[-1]}", nproc=2)
         assert result.returncode == 0, result
     marked = compared = 0
     verdicts = []

@@ -7,12 +7,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from commbench import table, units
+from commbench.report import cli as report_cli
 from commbench.settings import Settings
-from support import ROOT
+from support import ROOT, launch
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -20,6 +22,16 @@ FIXTURES = Path(__file__).parent / "fixtures"
 def report(*args, timeout=60):
     return subprocess.run([sys.executable, "report.py", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def in_process(capsys, *args):
+    """report.py's command in this process (commbench.report.cli.main, what report.py runs):
+    its exit status, stdout and stderr as report() gives them. Each kind of slip keeps one run
+    of report.py's own process (test_a_trace_given_to_report_is_named_as_a_trace)."""
+    capsys.readouterr()
+    status = report_cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return SimpleNamespace(returncode=status, stdout=out, stderr=err)
 
 
 def one_line_error(proc):
@@ -39,32 +51,35 @@ def commbench_trace(directory):
     return path
 
 
-def test_an_html_page_given_as_a_run_is_named_as_one(tmp_path):
+def test_an_html_page_given_as_a_run_is_named_as_one(tmp_path, capsys):
     page = tmp_path / "report.html"
-    made = report("html", FIXTURES / "curves_2ranks.jsonl", "-o", page)
+    made = in_process(capsys, "html", FIXTURES / "curves_2ranks.jsonl", "-o", page)
     assert made.returncode == 0, made.stderr
     for command in (["plot", page, "-o", tmp_path / "c.png"],
                     ["compare", page, FIXTURES / "curves_2ranks.jsonl"]):
-        line = one_line_error(report(*command))
+        line = one_line_error(in_process(capsys, *command))
         assert line == (f"report.py: error: {page}: a page report.py html wrote, not a results "
                         "file: give the runs it shows"), line
     other = tmp_path / "notes.html"
     other.write_text("<!DOCTYPE html>\n<html><body>all_reduce nccl-tests</body></html>\n")
-    line = one_line_error(report("plot", other))
+    line = one_line_error(in_process(capsys, "plot", other))
     assert f"{other}: an HTML page, not a results file" in line and "nccl-tests data" not in line
 
 
-def test_a_trace_given_to_report_is_named_as_a_trace(tmp_path):
+def test_a_trace_given_to_report_is_named_as_a_trace(tmp_path, capsys):
+    """plot as report.py's own process (the one line, the exit status, nothing on stdout), the
+    rest in this process."""
     trace = commbench_trace(tmp_path / "trace")
     for command in (["plot", trace, "-o", tmp_path / "c.png"], ["compare", trace, trace],
                     ["html", trace, "-o", tmp_path / "r.html"]):
-        line = one_line_error(report(*command))
+        ran = report(*command) if command[0] == "plot" else in_process(capsys, *command)
+        line = one_line_error(ran)
         assert line.startswith(f"report.py: error: {trace}: a trace of commbench.trace.record "
                                "(replay.py's input), not a results file: `replay.py"), line
         assert "KeyError" not in line and "'meta'" not in line
     other = tmp_path / "other.json"
     other.write_text('{"a": 1}')
-    line = one_line_error(report("plot", other))
+    line = one_line_error(in_process(capsys, "plot", other))
     assert line == (f'report.py: error: {other}: not a results file of this suite (a JSON '
                     'document without the "meta" and "results" of one)'), line
     assert not (tmp_path / "r.html").exists()
@@ -72,8 +87,7 @@ def test_a_trace_given_to_report_is_named_as_a_trace(tmp_path):
 
 def test_a_trace_file_given_to_replay_names_the_directory_it_is_in(tmp_path):
     trace = commbench_trace(tmp_path / "trace")
-    proc = subprocess.run([sys.executable, "replay.py", str(trace), "--dry-run"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = launch("replay.py", trace, "--dry-run", backend=None)  # one process, forked
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.splitlines()[-1] == (
         f"commbench: error: {trace}: a file, not a directory: replay.py reads a directory "
@@ -147,20 +161,20 @@ def test_pt2pt_headers_say_the_devices_the_readme_says(run):
         assert "and the world size with `--pairs all` or `across`" in text, page
 
 
-@pytest.mark.parametrize("args", [["compare", FIXTURES / "curves_2ranks.jsonl",
-                                   FIXTURES / "all_reduce_perf.txt"],
-                                  ["compare", FIXTURES / "curves_2ranks.jsonl",
-                                   FIXTURES / "curves_2ranks.jsonl", "--format", "json"],
-                                  ["--help"]])
-def test_report_into_a_pipe_closed_early_ends_quietly(args):
-    read_end, write_end = os.pipe()
-    os.close(read_end)  # the reader is gone before the first line (`| head` that already quit)
-    try:
-        proc = subprocess.run([sys.executable, "report.py", *map(str, args)], cwd=ROOT,
-                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60)
-    finally:
-        os.close(write_end)
-    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+def test_report_into_a_pipe_closed_early_ends_quietly():
+    for args in (["compare", FIXTURES / "curves_2ranks.jsonl", FIXTURES / "all_reduce_perf.txt"],
+                 ["compare", FIXTURES / "curves_2ranks.jsonl", FIXTURES / "curves_2ranks.jsonl",
+                  "--format", "json"],
+                 ["--help"]):
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # the reader is gone before the first line (`| head` that quit)
+        try:
+            proc = subprocess.run([sys.executable, "report.py", *map(str, args)], cwd=ROOT,
+                                  stdout=write_end, stderr=subprocess.PIPE, text=True,
+                                  timeout=60)
+        finally:
+            os.close(write_end)
+        assert (proc.returncode, proc.stderr) == (0, ""), (args, proc.stderr)
     # and a real pipeline: `report.py compare ... | head -1`
     shell = subprocess.run(f"{sys.executable} report.py compare {FIXTURES}/curves_2ranks.jsonl "
                            f"{FIXTURES}/all_reduce_perf.txt | head -1", shell=True, cwd=ROOT,

@@ -18,8 +18,8 @@ from commbench.records import results
 from commbench.bench import trials as encoding
 from commbench.ranks import whereabouts
 from commbench.report import cli as report_cli, trials
-from support import (ROOT, SIM_HOSTS, assert_no_traceback, base_env, free_port, launch,
-                     launcher_command, rank_env, require_launcher)
+from support import (ROOT, assert_no_traceback, base_env, finish, free_port, fresh, launch,
+                     launcher_command, rank_env, require_launcher, spawn)
 
 
 def _timing(durations, arrivals, in_call=None, start=1000.0):
@@ -254,19 +254,19 @@ def test_naming_in_replay_and_parallel_bench_by_pass_step_and_call():
     assert whereabouts.Reading(lambda: 1 / 0).now() == {}
 
 
-def test_straggler_every_fifth_trial_named_with_period_5(tmp_path):
+def test_straggler_every_fifth_trial_named_with_period_5(tmp_path, capsys):
     """3 ranks, rank 2 late by 50 ms before every 5th trial (the suite's delay hook): at each
-    size the report finds period 5, names rank 2 the straggler and prints the first trial."""
+    size the report finds period 5, names rank 2 the straggler and prints the first trial.
+    (report.py trials in this process; as its own process in the stall tests below.)"""
     out = tmp_path / "run.jsonl"
     result = launch("all_reduce.py", "--scan", "--maxsize=3", "--trials=60", "--per-trial",
                     "--dist=torch", f"--output={out}", nproc=3,
                     env={"COMMBENCH_INJECT_DELAY": "2:0.05:5"})
     assert result.returncode == 0, result.stderr
-    report = subprocess.run([sys.executable, "report.py", "trials", str(out), "--plot",
-                             str(tmp_path / "trials.png")], cwd=ROOT,
-                            env=base_env(), capture_output=True, text=True, timeout=60)
-    assert report.returncode == 0, report.stderr
-    text = report.stdout
+    capsys.readouterr()
+    status = report_cli.main(["trials", str(out), "--plot", str(tmp_path / "trials.png")])
+    text, errors = capsys.readouterr()
+    assert status == 0, errors
     assert (tmp_path / "trials.png").stat().st_size > 10000
     host = socket.gethostname()
     assert text.count("first trial") == 2 and text.count("period 5 trials") == 2, text
@@ -312,7 +312,7 @@ def test_sigstopped_rank_is_named_by_the_timeout(tmp_path, launcher):
     status, stderr, line, written = _stop_rank_2_and_read_rank_0(
         tmp_path, "all_reduce.py", ["--dist=torch", "--scan", "--maxsize=22", "--trials=50",
                                     "--per-trial"], "commbench: torch (torch.distributed)",
-        launcher=launcher)
+        launcher=launcher, settle=0, records=2)  # mid-scan: 2 sizes measured, 19 to come
     assert status != 0
     host = socket.gethostname()
     assert f"rank 2 on host {host} did not reach all_reduce" in line, stderr
@@ -324,7 +324,8 @@ def test_sigstopped_rank_is_named_by_the_timeout(tmp_path, launcher):
 
 
 def test_a_sigkilled_rank_is_named_unreachable(tmp_path):
-    """3 ranks started by hand (a launcher would end the others itself), rank 2 SIGKILLed
+    """3 ranks started by hand (a launcher would end the others itself; forked from the fork
+    server), rank 2 SIGKILLed
     mid-scan: gloo tells the others at once; rank 0's line names rank 2, and only it, as
     unreachable, its process gone, with its host and where it was last seen, long before
     --timeout; a failure record; every rank ends, no traceback."""
@@ -333,9 +334,7 @@ def test_a_sigkilled_rank_is_named_unreachable(tmp_path):
     port = free_port()
     cmd = [sys.executable, "all_reduce.py", "--dist=torch", "--scan", "--maxsize=24",
            "--trials=50", "--backend=gloo", "--timeout=600", f"--output={out}"]
-    procs = [subprocess.Popen(cmd, cwd=ROOT, env=rank_env(rank, 3, port), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for rank in range(3)]
+    procs = [spawn(cmd, rank_env(rank, 3, port)) for rank in range(3)]  # forked
     try:
         wait_for_records(out, 3, proc=procs[0])
         procs[2].kill()
@@ -362,40 +361,56 @@ def test_a_sigkilled_rank_is_named_unreachable(tmp_path):
 
 
 def _stop_rank_2_and_read_rank_0(tmp_path, script, args, ready, backend="gloo",
-                                 launcher="torchrun"):
-    """`script` under `launcher` at 3 ranks; rank 2 SIGSTOPped 3 s after a stderr line with
-    `ready` in it; every rank's end waited for. (exit status, stderr, rank 0's error line, the
-    --output's records)."""
+                                 launcher="torchrun", settle=3.0, records=0):
+    """`script` under `launcher` at 3 ranks (`ranks`: each started by hand, forked from the
+    fork server: every rank's own exit status); rank 2 SIGSTOPped `settle` s after a stderr line
+    with `ready` in it, and once --output holds `records` measured sizes; every rank's end
+    waited for. (exit status, stderr, rank 0's error line, the --output's records)."""
+    from test_hardening import wait_for_records
     import threading
     out = tmp_path / "out.jsonl"
     port = free_port()
     env = base_env(MASTER_PORT=str(port))
-    cmd = launcher_command(launcher, 3, port, env["PATH"]) + [
-        script, *args, f"--backend={backend}", "--timeout=8", f"--output={out}"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-    lines = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
-    reader.start()
+    tail = [script, *args, f"--backend={backend}", "--timeout=8", f"--output={out}"]
+    if launcher == "ranks":
+        cmd = [sys.executable, *tail]
+        procs = [spawn(cmd, rank_env(rank, 3, port)) for rank in range(3)]
+    else:
+        cmd = launcher_command(launcher, 3, port, env["PATH"]) + tail
+        procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)]
+    lines = [[] for _ in procs]  # each process's stderr; stdout read and dropped
+    readers = [threading.Thread(target=lambda p=p, kept=kept: kept.extend(p.stderr), daemon=True)
+               for p, kept in zip(procs, lines)]
+    readers += [threading.Thread(target=lambda p=p: p.stdout.read(), daemon=True) for p in procs]
+    for reader in readers:
+        reader.start()
     ranks = {}
     try:
         started = time.monotonic()
-        while not any(ready in line for line in lines):
-            assert proc.poll() is None and time.monotonic() - started < 90, "".join(lines)
+        while not any(ready in line for kept in lines for line in kept):
+            assert all(p.poll() is None for p in procs) and time.monotonic() - started < 90, \
+                "".join(line for kept in lines for line in kept)
             time.sleep(0.05)
-        time.sleep(3.0)  # into the passes or steps (a loaded machine is slow to get there)
-        ranks = _ranks_of(port, script)
+        time.sleep(settle)  # into the passes or steps (a loaded machine is slow to get there)
+        if records:
+            wait_for_records(out, records, proc=procs[0])
+        ranks = {r: p.pid for r, p in enumerate(procs)} if launcher == "ranks" else \
+            _ranks_of(port, script)
         stopped = ranks[2]
         os.kill(stopped, signal.SIGSTOP)
         while _alive(ranks[0]) and time.monotonic() - started < 90:
             time.sleep(0.1)
         os.kill(stopped, signal.SIGCONT)
-        proc.wait(timeout=90)
-        reader.join(timeout=10)
+        for p in procs:  # every rank ends of itself (a launcher ends those it started)
+            p.wait(timeout=90)
+        for reader in readers:
+            reader.join(timeout=10)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
         for pid in ranks.values():  # none left behind torchrun, even when the test failed
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -403,29 +418,31 @@ def _stop_rank_2_and_read_rank_0(tmp_path, script, args, ready, backend="gloo",
                 pass
             for path in Path("/dev/shm").glob(f"{pid}:*"):  # oneCCL's endpoints, by pid
                 path.unlink(missing_ok=True)
-    stderr = "".join(lines)
+    stderr = "".join(line for kept in lines for line in kept)
     assert_no_traceback(type("R", (), {"stderr": stderr, "cmd": cmd})())
     ours = [line for line in stderr.splitlines() if line.startswith("commbench: error: rank 0:")]
     assert len(ours) == 1, stderr
     written = [json.loads(line) for line in out.read_text().splitlines()]
-    return proc.returncode, stderr, ours[0], written
+    status = next((p.returncode for p in procs if p.returncode != 0), 0)
+    return status, stderr, ours[0], written
 
 
 def test_sigstopped_rank_mid_replay_is_named_with_its_pass_and_call(tmp_path):
-    """replay.py under torchrun, 3 ranks, a PARAM trace replayed pass after pass: rank 2
+    """replay.py at 3 ranks started by hand (the launcher is not what this tests: torchrun's
+    and srun's SIGSTOP tests above), a PARAM trace replayed pass after pass: rank 2
     SIGSTOPped mid-pass; the backend's --timeout 8 ends it, rank 0's line names rank 2 alone
     with its host, the pass and call the others wait in, where it was last seen; a failure
     record in --output; every rank ends. (On oneCCL, which never times out, replay's own stall
     deadline does the same: test_ccl.py.)"""
-    stop_rank_2_mid_replay(tmp_path, "gloo")
+    stop_rank_2_mid_replay(tmp_path, "gloo", launcher="ranks", settle=2.0)
 
 
-def stop_rank_2_mid_replay(tmp_path, backend):
+def stop_rank_2_mid_replay(tmp_path, backend, launcher="torchrun", settle=3.0):
     from test_replay import param_trace
     trace = param_trace(tmp_path / "param")
     status, stderr, line, written = _stop_rank_2_and_read_rank_0(
         tmp_path, "replay.py", [str(trace), "--warmup=0", "--repeat=1000000"],
-        "groups besides the world", backend)
+        "groups besides the world", backend, launcher, settle)
     assert status != 0
     host = socket.gethostname()
     assert f"rank 2 on host {host} did not reach replay pass " in line, stderr
@@ -439,18 +456,18 @@ def stop_rank_2_mid_replay(tmp_path, backend):
 
 
 def test_sigstopped_rank_mid_training_is_named_with_its_strategy_step_and_call(tmp_path):
-    """parallel_bench.py, the same at 3 ranks: DDP, rank 2 stopped 3 s into it (its set-up or
-    its steps; a step's words are tested in-process above); rank 0 names it with the strategy
-    and where it was last seen, and a failure record. (On oneCCL: test_ccl.py.)"""
-    stop_rank_2_mid_training(tmp_path, "gloo")
+    """parallel_bench.py, the same at 3 ranks by hand: DDP, rank 2 stopped 1.5 s into it (its
+    set-up or its steps; a step's words are tested in-process above); rank 0 names it with the
+    strategy and where it was last seen, and a failure record. (On oneCCL: test_ccl.py.)"""
+    stop_rank_2_mid_training(tmp_path, "gloo", launcher="ranks", settle=1.5)
 
 
-def stop_rank_2_mid_training(tmp_path, backend):
+def stop_rank_2_mid_training(tmp_path, backend, launcher="torchrun", settle=3.0):
     status, stderr, line, written = _stop_rank_2_and_read_rank_0(
         tmp_path, "parallel_bench.py",
         ["--strategy=ddp", "--steps=100000", "--warmup=1", "--hidden=24", "--layers=1",
          "--heads=3", "--vocab=64", "--seq=8", "--micro-batch=1", "--micro-batches=1"],
-        "strategies ddp:", backend)
+        "strategies ddp:", backend, launcher, settle)
     assert status != 0
     host = socket.gethostname()
     assert f"rank 2 on host {host} did not reach ddp " in line, stderr
@@ -570,29 +587,28 @@ def test_a_stopped_host_among_four_is_named(hosts, tmp_path, shifted):
     if shifted and FAKETIME is None:
         pytest.skip("Debian's faketime is not installed (scripts/test-services.sh up)")
     name, subnet = hosts(4)
-    port, env = free_port(), base_env()
+    port = free_port()
     shifts = ["", "+0.037", "-0.120", "+0.005"]
     out = tmp_path / "hosts.jsonl"
+    cmd = [sys.executable, str(ROOT / "tests" / "on_sim_host.py"), name, "HOST", "all_reduce.py",
+           "--dist=torch", "--backend=gloo", "--scan", "--maxsize=10", "--trials=60",
+           "--per-trial", f"--output={out}"]
     procs = []
-    for node in range(4):
-        faked = [f"LD_PRELOAD={FAKETIME}", f"FAKETIME={shifts[node]}"] if shifted and node else []
-        procs.append(subprocess.Popen(
-            [str(SIM_HOSTS), "run", name, str(node + 1), "env", f"PATH={env['PATH']}", *faked,
-             f"RANK={node}", "LOCAL_RANK=0", "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=1",
-             f"MASTER_ADDR={subnet}.1", f"MASTER_PORT={port}", "OMP_NUM_THREADS=1",
-             sys.executable, "all_reduce.py", "--dist=torch", "--backend=gloo", "--scan",
-             "--maxsize=10", "--trials=60", "--per-trial", f"--output={out}"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            stdin=subprocess.DEVNULL))
+    for node in range(4):  # forked into their hosts, but those libfaketime starts (fresh)
+        faked = {"LD_PRELOAD": str(FAKETIME), "FAKETIME": shifts[node]} if shifted and node \
+            else {}
+        env = rank_env(node, 4, port, LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                       MASTER_ADDR=f"{subnet}.1", **faked)
+        procs.append(spawn([str(node + 1) if a == "HOST" else a for a in cmd], env,
+                           fresh=fresh(faked)))
     stall = _stall_module()
     import threading
+    pid = procs[3].pid  # the rank itself (no wrapper between)
     try:
-        pid = stall.find_rank(procs[3].pid, 3, 60)
-        assert pid is not None
         stopper = threading.Thread(target=stall.stall, daemon=True, args=(
-            pid, 0.05, 0.15, lambda: procs[3].poll() is None))
+            pid, 0.05, 0.15, lambda: _alive(pid)))
         stopper.start()
-        outputs = [proc.communicate(timeout=240) for proc in procs]
+        outputs = finish(procs, cmd, 240)  # every rank's pipes read at once
         stopper.join(timeout=5)
     finally:
         for proc in procs:
