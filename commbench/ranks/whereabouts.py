@@ -311,7 +311,7 @@ class Whereabouts:
         known (PROBE_S at most)."""
         began = time.monotonic()
         keys = {r: f"waiting/{r}" for r in range(self.world_size)}
-        missing = [r for r in keys if not _has(self.alarm, keys[r])]
+        missing = [r for r in keys if _read(self.alarm, keys[r]) is None]
         states = probe_all({r: self.pulse_of(r) for r in missing}, PROBE_S)  # at once
         awaited = [keys[r] for r in missing if states.get(r) in ("alive", None)]
         if awaited:
@@ -383,13 +383,6 @@ def _read(store, key):
         return json.loads(store.get(key)) if store.check([key]) else None
     except (RuntimeError, ValueError):
         return None
-
-
-def _has(store, key):
-    try:
-        return store.check([key])
-    except RuntimeError:
-        return False
 
 
 def _wait(store, keys, seconds):
