@@ -14,6 +14,7 @@ for the time with a call in flight; then each strategy's table by op kind, back 
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,24 @@ def cells(figures, key, steps):
     return found
 
 
+def spread(path, steps):
+    """The noise a ratio stands on, from one replay's results file: the job's communication in
+    each of its steps (the slowest rank's sum of call times, as recorded), and the replay's per
+    step in each pass (its sum over the trace's steps / steps), both in ms: (median, min, max)
+    of each."""
+    calls = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    calls = [c for c in calls if c.get("type") == "call" and c.get("times_s")]
+    ranks = sorted({c["rank"] for c in calls})
+    numbers = sorted({c["step"] for c in calls if c.get("step") is not None})
+    job = [max(sum(c["recorded_s"] or 0.0 for c in calls if c["rank"] == r and c["step"] == k)
+               for r in ranks) for k in numbers]
+    passes = len(calls[0]["times_s"]) if calls else 0
+    replay = [max(sum(c["times_s"][p] for c in calls if c["rank"] == r) for r in ranks) / steps
+              for p in range(passes)]
+    return [(1e3 * statistics.median(x), 1e3 * min(x), 1e3 * max(x)) if x else None
+            for x in (job, replay)]
+
+
 def summary(path):
     lines = Path(path).read_text().splitlines()
     return json.loads(lines[-1])
@@ -74,7 +93,7 @@ def main():
     if not args.traces:
         print(torchrun(args.nproc, "parallel_bench.py", "--strategy", "all", "--steps",
                        args.steps, "--backend", args.backend, "--trace", traces, *model))
-    rows, tables = [], []
+    rows, tables, noise = [], [], []
     for name in args.strategies.split(","):
         figures = {}
         for mode, extra in MODES:
@@ -83,6 +102,8 @@ def main():
                               args.backend, "--repeat", args.repeat, "--top", "0", "--output",
                               out, *extra)
             figures[mode] = summary(out)["prediction"]["total"]
+            if mode == "compute":
+                noise.append((name, spread(out, args.steps)))
             if mode == "back to back":
                 tables.append(f"### {name}\n\n```\n{stdout.strip()}\n```")
         rows.append([name] + [cells(figures, key, args.steps) for key in ("", "in_flight_")])
@@ -93,6 +114,13 @@ def main():
         print("| strategy | job | back to back | --isolated | --pace | --pace compute |")
         print("|---|---|---|---|---|---|")
         print("\n".join(f"| {row[0]} | " + " | ".join(row[at]) + " |" for row in rows))
+    print("\nThe noise under the ratios (ms, median and min-max): the job's communication in each "
+          "of its steps, the slowest rank's; --pace compute's per step in each pass:\n")
+    print("| strategy | job, by step | --pace compute, by pass |")
+    print("|---|---|---|")
+    for name, figures in noise:
+        shown = ["-" if f is None else f"{f[0]:.2f} ({f[1]:.2f}-{f[2]:.2f})" for f in figures]
+        print(f"| {name} | " + " | ".join(shown) + " |")
     print("\n" + "\n\n".join(tables))
     print(f"\n(traces and replays in {folder})", file=sys.stderr)
 
