@@ -183,8 +183,9 @@ class Check:
         that share cores they came out 20x too slow), then every pair's bandwidth at once; one
         rank of each host. A retest round is the pair retested, then its control pair (measured
         at the same time: the yardstick of that moment); `controls` (the screen's retests,
-        several a round): control pair -> the pair it is measured beside. `first`: the number of
-        the first round."""
+        several a round): one dict a round, control pair -> the pair it is measured beside in
+        that round (a control serves different pairs in different rounds). `first`: the number
+        of the first round."""
         for number, pairs in enumerate(rounds, first):
             if self.stopping():
                 break
@@ -227,8 +228,9 @@ class Check:
                                                             "unreachable"}
                     found = found or {"round": number, "failed": "no answer"}
                     if phase == "retest" and controls is not None:
-                        if (a, b) in controls:
-                            self._take("control", a, b, found, control_for=controls[(a, b)])
+                        beside = controls[number - first]
+                        if (a, b) in beside:
+                            self._take("control", a, b, found, control_for=beside[(a, b)])
                         else:
                             self._take(phase, a, b, found)
                     elif phase == "retest" and index:

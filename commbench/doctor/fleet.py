@@ -229,9 +229,12 @@ def retest_plan(figures, judgement, per_host=2):
     """(rounds, controls): rounds of disjoint pairs retesting every suspect (a host against
     `per_host` good hosts, one a round, or, behind a suspect switch, against the switch's other
     hosts; a link itself; a switch: every one of its hosts against a good host behind another
-    switch, in a round of its own), each beside a control pair of two good hosts
-    (controls: control pair -> the pair it is the yardstick of). Each finding's retested pairs
-    go to its .pairs."""
+    switch, in a round of its own), each beside a control pair of two good hosts (controls: one
+    dict a round, control pair -> the pair it is the yardstick of in that round; one dict for
+    all rounds kept only the last pair a control served, and a retest in an earlier round beside
+    it went without its control: a healthy host behind a slowed uplink, 3.03 Gbps beside a
+    control at 2.39, was held against the first pass's typical pair instead and named, z -3.8).
+    Each finding's retested pairs go to its .pairs."""
     good = good_hosts(figures, judgement)
     leaf = figures.leaf
     # a suspect host behind a suspect switch meets its switch's other hosts: a pair outside
@@ -246,16 +249,19 @@ def retest_plan(figures, judgement, per_host=2):
             wants.append([finding, finding.hosts[0], set(), per_host])
         elif finding.kind == "link":
             wants.append([finding, None, set(), per_host])
-    rounds, controls = [], {}
+    rounds, controls = [], []
     for finding in judgement.suspects:
         if finding.kind == "switch":  # a round of its own: its uplink loaded as in the screen
-            rounds.append(_switch_round(finding, good, leaf, controls))
+            controls.append({})
+            rounds.append(_switch_round(finding, good, leaf, controls[-1]))
     picker = _Picker(good)
     while any(want[3] > 0 for want in wants) and len(rounds) < 4 * per_host + 4:
-        pairs = _retest_round(wants, picker, mates, controls)
+        mine = {}
+        pairs = _retest_round(wants, picker, mates, mine)
         if not pairs:
             break
         rounds.append(sorted(pairs))
+        controls.append(mine)
     return rounds, controls
 
 
@@ -278,7 +284,8 @@ class _Picker:
 def _retest_round(wants, picker, mates, controls):
     """One round of disjoint pairs: each suspect that still wants a retest (a host against a good
     host it has not met, or a switch-mate; a link itself), each beside a control pair of two good
-    hosts. Returns the round's pairs, controls among them."""
+    hosts (`controls`, this round's: control pair -> the pair it is beside). Returns the
+    round's pairs, controls among them."""
     picker.used = used = set()
     pairs = []
     for want in wants:
@@ -420,7 +427,10 @@ def confirm(figures, judgement):
                                   if finding.kind == "link" else figures.names[finding.hosts[0]])
         if best < -RETEST_Z:
             finding.retested = True
-            finding.text += f"; retested: {what} (z {best:.1f} against the control)"
+            held = "the control" if all(c is not None for _, _, c in measured) else \
+                "the fleet's typical pair" if all(c is None for _, _, c in measured) else \
+                "the control where one ran, else the fleet's typical pair"
+            finding.text += f"; retested: {what} (z {best:.1f} against {held})"
             judgement.findings.append(finding)
         else:
             slow_alone = typical and all(
