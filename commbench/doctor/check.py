@@ -54,33 +54,38 @@ class Check:
     def sync(self, name):
         """Every live rank at `name`; hosts of ranks that never came are unreachable."""
         new = self.control.step(name)
+        firsts = {}  # each newly lost host's first rank: whose pulse says how it went
         for rank in sorted(new):
             host = self.hosts.index(self.comm.hostnames[rank])
             if host not in self.figures.unreachable:
-                self.figures.unreachable.add(host)
-                if self.control.dead_why.get(rank) == "heartbeat":
-                    why = (f"rank {rank} stopped answering: its heartbeat in the store stood "
-                           f"still for {control.DEAD_S:g} s")
-                else:
-                    why = f"rank {rank} did not answer within --timeout {self.args.timeout:g} s"
-                self.figures.unreachable_why[host] = f"{why} ({_step_words(name)})" + \
-                    self._pulse_words(rank)
-                self.figures.lost_when[host] = _step_words(name)
-                then = "the check stops after this phase (--on-loss stop)" \
-                    if self.args.on_loss == "stop" else "the check goes on without it"
-                self.say(f"host {self.hosts[host]} is unreachable: "
-                         f"{self.figures.unreachable_why[host]}; {then}")
+                firsts.setdefault(host, rank)
+        pulses = self._pulses(sorted(firsts.values()))
+        for host, rank in firsts.items():
+            self.figures.unreachable.add(host)
+            if self.control.dead_why.get(rank) == "heartbeat":
+                why = (f"rank {rank} stopped answering: its heartbeat in the store stood "
+                       f"still for {control.DEAD_S:g} s")
+            else:
+                why = f"rank {rank} did not answer within --timeout {self.args.timeout:g} s"
+            self.figures.unreachable_why[host] = f"{why} ({_step_words(name)})" + \
+                pulses.get(rank, "")
+            self.figures.lost_when[host] = _step_words(name)
+            then = "the check stops after this phase (--on-loss stop)" \
+                if self.args.on_loss == "stop" else "the check goes on without it"
+            self.say(f"host {self.hosts[host]} is unreachable: "
+                     f"{self.figures.unreachable_why[host]}; {then}")
 
-    def _pulse_words(self, rank):
-        """Rank 0: what the lost rank's pulse says (whereabouts.py): "; its process is gone
-        (...)" (refused), "; its host does not answer (...)" (no answer: a host or interface
-        down), or nothing (alive but hung, or no pulse)."""
+    def _pulses(self, ranks):
+        """Rank 0: {rank: what its pulse says} of lost `ranks` (whereabouts.py), all probed at
+        once under one deadline (a host down costs its 1 s once, however many went at a step):
+        "; its process is gone (...)" (refused), "; its host does not answer (...)" (no answer:
+        a host or interface down), or nothing (alive but hung, or no pulse)."""
         found = whereabouts.of(self.comm)
-        if self.comm.global_rank != 0 or found is None:
-            return ""
-        text = found.pulse_of(rank)
-        state = whereabouts.probe_all({rank: text}).get(rank) if text else None
-        return f"; {whereabouts.GONE[state]}" if state in whereabouts.GONE else ""
+        if self.comm.global_rank != 0 or found is None or not ranks:
+            return {}
+        texts = {rank: found.pulse_of(rank) for rank in ranks}
+        states = whereabouts.probe_all({r: t for r, t in texts.items() if t})
+        return {r: f"; {whereabouts.GONE[s]}" for r, s in states.items() if s in whereabouts.GONE}
 
     def stopping(self):
         """--on-loss stop and a host lost: no phase after the one under way (every rank knows
