@@ -135,8 +135,10 @@ class Check:
             else:  # its making waits for every member's address: released if one is gone
                 try:
                     self.groups[ranks] = release.measured(self.control, ranks, make)
-                except release.PeerLost:
+                except release.PeerLost as error:
                     self.groups[ranks] = None  # made by no one now: never asked for again
+                    if error.left:
+                        fresh_group_store()
                     raise
         if self.groups[ranks] is None:
             raise release.PeerLost(f"released: a rank of {list(ranks)} stopped answering")
@@ -281,6 +283,22 @@ class Check:
     def record(self, record):
         if self.writer is not None:
             self.writer.add({"type": "doctor", **record})
+
+
+def fresh_group_store():
+    """The process group's store client replaced by a clone of it, for the groups made from now
+    on. A group's making left blocked on a lost peer (release.py) holds its client until
+    --timeout: a TCPStore client does one request at a time, and its wait for the peer's address
+    is one. Every group this rank made after it waited behind it, and rank 0 waited for the rank
+    at the next step as long (16 simulated hosts, one SIGKILLed in round 2 of the screen: its
+    live partner's next group was made, and the check went on, 120 s later, at --timeout)."""
+    c10d = torch.distributed.distributed_c10d
+    world = c10d._get_default_group()
+    backend, store = c10d._world.pg_map[world]
+    try:
+        c10d._world.pg_map[world] = (backend, store.clone())
+    except (AttributeError, RuntimeError):
+        pass  # an older torch's store: the wait as before
 
 
 def _step_words(name):
