@@ -175,6 +175,40 @@ def test_every_suspect_is_retested_when_the_good_hosts_run_short_in_a_round():
                                     for pairs, beside in zip(rounds, controls))
 
 
+@pytest.mark.parametrize("retest_gbps,named", [(4.0, False), (2.0, True)])
+def test_a_retest_without_a_control_is_held_to_the_fraction_of_the_typical_pair(retest_gbps,
+                                                                               named):
+    """8 hosts, host 0 slow in the screen (3 Gbps beside pairs of 6.2-6.6), retested with no
+    control pair measured (none ran): 4 Gbps, 0.63x the typical pair, is what a busy retest
+    round does to a healthy host (z -6 by the spread alone: it was named); 2 Gbps, below
+    --min-fraction 0.5 of it, is named."""
+    figures = Figures([f"n{h}" for h in range(8)], 0.5)
+    for number, pairs in enumerate([[(0, 1), (2, 3), (4, 5), (6, 7)],
+                                    [(0, 7), (1, 6), (2, 5), (3, 4)],
+                                    [(0, 6), (1, 7), (2, 4), (3, 5)]]):
+        for a, b in pairs:
+            bw = (3.0 if a == 0 else 6.0 + 0.05 * (a + b)) * GBPS
+            figures.measured.append((number, a, b, Link(20e-6, bw, bw, 2 * bw)))
+            figures.links[(a, b)] = figures.measured[-1][3]
+    judgement = fleet.first_pass(figures)
+    rounds, _ = fleet.retest_plan(figures, judgement)
+    (host,) = judgement.suspects
+    for number, pairs in enumerate(rounds, 3):
+        for pair in set(pairs) & set(host.pairs):  # the retests alone: no control ran
+            bw = retest_gbps * GBPS
+            figures.retest_log.append((number, pair, Link(20e-6, bw, bw, 2 * bw), None))
+    judgement = fleet.confirm(figures, judgement)
+    assert [f.hosts for f in judgement.findings] == ([(0,)] if named else [])
+    if named:
+        assert "against the fleet's typical pair" in judgement.findings[0].text
+    else:
+        (line,) = judgement.cleared
+        assert line.startswith("host n0 was slow in the screen") and line.endswith(
+            "and when retested with no control pair beside it, but not below --min-fraction "
+            "0.5 of the fleet's typical pair (n0-n6 4 Gbps, n0-n2 4 Gbps): the machine was "
+            "busy, or noise"), line
+
+
 def test_a_retest_slow_beside_a_fast_control_names_the_host():
     judgement = _by_hand(retest_gbps=3.0, control_gbps=6.0)
     assert [f.hosts for f in judgement.findings] == [(0,)]
