@@ -39,18 +39,20 @@ def across(name, subnet, count, nproc, *args, dist="torch", timeout=300):
     return outputs[0][0], [err for _, err in outputs], [proc.returncode for proc in procs]
 
 
-def by_hand(name, subnet, count, *args):
-    """One rank a host, each started by hand (RANK, LOCAL_RANK, WORLD_SIZE, ... as a launch
-    script sets them) and forked from the tests' fork server into its host's namespaces
-    (tests/on_sim_host.py: what sim-hosts.sh run does, without a new interpreter's `import
-    torch`): each rank's process is its own, to kill or to wait for. The launcher across hosts
-    is torchrun's in `across` (and DeepSpeed's in docs/doctor.md's example)."""
+def by_hand(name, subnet, count, *args, per_host=1):
+    """`per_host` ranks a host (ranks 0 to per_host - 1 on host 1, ...), each started by hand
+    (RANK, LOCAL_RANK, WORLD_SIZE, ... as a launch script sets them) and forked from the tests'
+    fork server into its host's namespaces (tests/on_sim_host.py: what sim-hosts.sh run does,
+    without a new interpreter's `import torch`): each rank's process is its own, to kill or to
+    wait for. The launcher across hosts is torchrun's in `across` (and DeepSpeed's in
+    docs/doctor.md's example)."""
     port = free_port()
-    return [spawn([sys.executable, str(ROOT / "tests" / "on_sim_host.py"), name, str(node + 1),
-                   "doctor.py", "--backend=gloo", "--dist=torch", *args],
-                  rank_env(node, count, port, LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                           MASTER_ADDR=f"{subnet}.1"))
-            for node in range(count)]
+    return [spawn([sys.executable, str(ROOT / "tests" / "on_sim_host.py"), name,
+                   str(rank // per_host + 1), "doctor.py", "--backend=gloo", "--dist=torch",
+                   *args],
+                  rank_env(rank, count * per_host, port, LOCAL_RANK=str(rank % per_host),
+                           LOCAL_WORLD_SIZE=str(per_host), MASTER_ADDR=f"{subnet}.1"))
+            for rank in range(count * per_host)]
 
 
 def forked(name, subnet, count, *args, timeout=300):
@@ -214,6 +216,21 @@ def run_by_hand(name, subnet, count, *args, timeout=240):
     return outputs[0], [proc.returncode for proc in procs]
 
 
+def written(path):
+    """The records of a results file being written: its complete lines, parsed."""
+    text = path.read_text() if path.exists() else ""
+    return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+
+def wait_for(path, procs, enough, limit=120):
+    """Until enough(the records written so far to `path`) holds; every rank still running."""
+    deadline = time.monotonic() + limit
+    while not enough(written(path)):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+            [p.communicate() for p in procs]
+        time.sleep(0.05)
+
+
 @serial
 def test_the_screen_of_sixteen_hosts_names_a_slow_uplink_and_a_slow_host_and_nothing_else(
         hosts, tmp_path):
@@ -297,55 +314,56 @@ def test_a_topology_naming_an_unknown_host_is_one_line_before_any_measurement(tm
 
 
 @serial
-def test_two_hosts_lost_at_once_are_named_and_no_live_host_for_them(hosts, tmp_path):
-    """6 hosts, one rank each (the full plan), --timeout 60; once the first round is recorded,
-    host 4's rank SIGKILLed and host 6's interface brought down (no answer, not refused) at the
-    same moment. Whichever step each loss lands in (a pair's measurement, between steps), both
-    are named unreachable with when, host 4 'its process is gone' and host 6 'its host does not
-    answer', and no live host is named for a partner that died (its measurement released, not
-    waited out); the verdict within --timeout + 30 s of the losses (heartbeats 10 s, the probe
-    1 s, the check's last rounds); every live rank exits 1, and the exit line, the verdict
-    record and What to do name exactly the lost ones."""
-    name, subnet = hosts(6)
+def test_hosts_lost_at_once_killed_or_silent_are_named_and_no_live_host_for_them(hosts,
+                                                                                 tmp_path):
+    """8 hosts of 2 ranks (16 ranks), the full plan, --timeout 60; once the first round of pairs
+    is recorded, host 4's ranks SIGKILLed and the interfaces of hosts 6 and 8 brought down (4
+    ranks silent: no answer, not refused), all at the same moment. Whichever step each loss
+    lands in (a pair's measurement, between steps), all three are named unreachable with when,
+    host 4 'its process is gone' and hosts 6 and 8 'its host does not answer' (their pulses
+    tried at once), and no live host is named for a partner that died (its measurement
+    released, not waited out); the verdict within --timeout + 30 s of the losses (heartbeats
+    10 s, the probe 1 s, the check's last rounds); every live rank exits 1, and the exit line,
+    the verdict record and What to do name exactly the lost ones."""
+    name, subnet = hosts(8)
     output = tmp_path / "lost.jsonl"
-    procs = by_hand(name, subnet, 6, *QUICK, "--timeout=60", f"--output={output}")
+    procs = by_hand(name, subnet, 8, *QUICK, "--timeout=60", f"--output={output}", per_host=2)
+    live_ranks = [r for r in range(16) if r // 2 + 1 in (1, 2, 3, 5, 7)]
     try:
-        deadline = time.monotonic() + 120
-        while not (output.exists() and len(output.read_text().splitlines()) >= 2):
-            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
-                [p.communicate() for p in procs]
-            time.sleep(0.05)
+        wait_for(output, procs, lambda records: any(r.get("phase") == "pairs" for r in records))
         pids = subprocess.run(["ip", "netns", "pids", f"{name}4"], capture_output=True,
                               text=True).stdout.split()
         subprocess.run(["kill", "-9", *pids], check=True)
-        subprocess.run(["ip", "-n", f"{name}6", "link", "set", "eth0", "down"], check=True)
+        for host in (6, 8):
+            subprocess.run(["ip", "-n", f"{name}{host}", "link", "set", "eth0", "down"],
+                           check=True)
         lost = time.monotonic()
         outputs = {0: procs[0].communicate(timeout=300)}  # a hang guard only
         named_in = time.monotonic() - lost
-        outputs.update({r: procs[r].communicate(timeout=60) for r in (1, 2, 4)})
+        outputs.update({r: procs[r].communicate(timeout=60) for r in live_ranks[1:]})
     finally:
         for proc in procs:
-            proc.kill()  # host 6's rank, cut off from the store, among them
+            proc.kill()  # the silent hosts' ranks, cut off from the store, among them
     statuses = [proc.returncode for proc in procs]
     shown = "\n".join(f"--- rank {r}: exit {statuses[r]}\n{out}\n{err}"
                       for r, (out, err) in sorted(outputs.items()))
-    assert [statuses[r] for r in (0, 1, 2, 4)] == [1, 1, 1, 1], shown
+    assert [statuses[r] for r in live_ranks] == [1] * len(live_ranks), shown
     _, _, final = verdict_of(output, shown)
-    gone = [f"{name}4", f"{name}6"]
+    gone = [f"{name}4", f"{name}6", f"{name}8"]
     assert final["unreachable"] == gone, shown  # no live host named for its partner's death
     assert [g["host"] for g in final["lost"]] == gone, shown
     assert all(g["when"].startswith("round ") for g in final["lost"]), shown
-    four, six = (g["why"] for g in final["lost"])
+    four, six, eight = (g["why"] for g in final["lost"])
     assert "its process is gone (its host refused a connection to it)" in four, four
-    assert "its host does not answer (no connection in 1 s)" in six, six
+    for why in (six, eight):
+        assert "its host does not answer (no connection in 1 s)" in why, why
     assert set(final["exclude"]) - set(gone) <= set(final["suspect_hosts"]), shown
     assert named_in < 60 + 30, f"{named_in:.1f} s\n{shown}"
     stdout, stderr = outputs[0]
-    when = {g["host"]: g["when"] for g in final["lost"]}
-    assert f"lost during the check: {name}4 ({when[gone[0]]}), {name}6 ({when[gone[1]]})" in \
-        stderr, stderr
-    assert f"  lost during the check: {name}4 ({when[gone[0]]}), {name}6 ({when[gone[1]]}): " \
-        "the rest were judged without them" in stdout, stdout
+    when = [f"{g['host']} ({g['when']})" for g in final["lost"]]
+    assert f"lost during the check: {', '.join(when)}" in stderr, stderr
+    assert f"  lost during the check: {', '.join(when)}: the rest were judged without them" \
+        in stdout, stdout
     assert "Traceback" not in "".join(err for _, err in outputs.values())
     # named by its heartbeat, not by a deadline waited out
     assert "did not answer within --timeout" not in shown, shown
@@ -366,7 +384,7 @@ def test_two_hosts_lost_at_once_are_named_and_no_live_host_for_them(hosts, tmp_p
     _, records, _ = verdict_of(output, shown)
     measured = {frozenset(r["hosts"]) for r in records
                 if r.get("phase") == "pairs" and "failed" not in r}
-    live = [f"{name}{i}" for i in (1, 2, 3, 5)]
+    live = [f"{name}{i}" for i in (1, 2, 3, 5, 7)]
     assert {frozenset((a, b)) for a in live for b in live if a < b} <= measured, shown
     figures = {"latency_s", "forward_Bps", "backward_Bps", "both_Bps"}
     four = [r for r in records if r.get("phase") == "pairs" and gone[0] in r["hosts"]]

@@ -130,3 +130,57 @@ def test_no_host_lost_adds_nothing():
     f.unreachable = {1}  # unreachable, but at no step of the check: no `when` to give
     assert render.lost(f) == []
     assert "lost" not in render.exit_line(1)
+
+
+def test_hosts_lost_at_one_step_are_probed_at_once(monkeypatch):
+    """Two hosts of two ranks lost at the same step, one's process gone (its pulse refused), the
+    other's host silent (its pulse unanswered): rank 0 tries both pulses in one probe_all, under
+    one deadline (one after another, each silent host cost its own second: 16 silent hosts at
+    a step, 16 s), one rank a host, and names each host once with what its pulse said."""
+    from types import SimpleNamespace
+    import socket
+    from commbench.doctor.check import Check
+    from commbench.ranks import whereabouts
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    refused = f"127.0.0.1 {closed.getsockname()[1]}"
+    closed.close()  # nothing listens there: refused
+    full = socket.socket()  # a listener whose queue is full: the kernel drops a new SYN, as a
+    full.bind(("127.0.0.1", 0))  # host whose interface is down answers nothing
+    full.listen(0)
+    waiting = [socket.create_connection(full.getsockname())]  # its one place taken
+    silent = f"127.0.0.1 {full.getsockname()[1]}"
+    pulses = {4: refused, 5: refused, 6: silent, 7: silent}
+    calls = []
+    probe = whereabouts.probe_all
+
+    def counted(texts, *args):
+        calls.append(sorted(texts))
+        return probe(texts, *args)
+    monkeypatch.setattr(whereabouts, "probe_all", counted)
+    check = Check.__new__(Check)
+    check.comm = SimpleNamespace(hostnames=[f"n{r // 2}" for r in range(8)], global_rank=0,
+                                 run=SimpleNamespace(whereabouts=SimpleNamespace(
+                                     pulse_of=pulses.get)))
+    check.hosts = [f"n{h}" for h in range(4)]
+    check.args = SimpleNamespace(timeout=60, on_loss="continue")
+    check.figures = Figures(check.hosts, 0.5)
+    check.control = SimpleNamespace(step=lambda name: {4, 5, 6, 7},
+                                    dead_why={r: "heartbeat" for r in range(4, 8)})
+    said = []
+    check.say = said.append
+    try:
+        check.sync("pairs-1")
+    finally:
+        for connection in waiting + [full]:
+            connection.close()
+    assert calls == [[4, 6]]  # at once, the first rank of each lost host
+    assert check.figures.unreachable == {2, 3}
+    assert check.figures.unreachable_why == {
+        2: "rank 4 stopped answering: its heartbeat in the store stood still for 10 s (round 2 "
+           "of the pairs); its process is gone (its host refused a connection to it)",
+        3: "rank 6 stopped answering: its heartbeat in the store stood still for 10 s (round 2 "
+           "of the pairs); its host does not answer (no connection in 1 s)"}
+    assert check.figures.lost_when == {2: "round 2 of the pairs", 3: "round 2 of the pairs"}
+    assert said == [f"host n{h} is unreachable: {check.figures.unreachable_why[h]}; the check "
+                    "goes on without it" for h in (2, 3)]

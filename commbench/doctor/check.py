@@ -54,33 +54,38 @@ class Check:
     def sync(self, name):
         """Every live rank at `name`; hosts of ranks that never came are unreachable."""
         new = self.control.step(name)
+        firsts = {}  # each newly lost host's first rank: whose pulse says how it went
         for rank in sorted(new):
             host = self.hosts.index(self.comm.hostnames[rank])
             if host not in self.figures.unreachable:
-                self.figures.unreachable.add(host)
-                if self.control.dead_why.get(rank) == "heartbeat":
-                    why = (f"rank {rank} stopped answering: its heartbeat in the store stood "
-                           f"still for {control.DEAD_S:g} s")
-                else:
-                    why = f"rank {rank} did not answer within --timeout {self.args.timeout:g} s"
-                self.figures.unreachable_why[host] = f"{why} ({_step_words(name)})" + \
-                    self._pulse_words(rank)
-                self.figures.lost_when[host] = _step_words(name)
-                then = "the check stops after this phase (--on-loss stop)" \
-                    if self.args.on_loss == "stop" else "the check goes on without it"
-                self.say(f"host {self.hosts[host]} is unreachable: "
-                         f"{self.figures.unreachable_why[host]}; {then}")
+                firsts.setdefault(host, rank)
+        pulses = self._pulses(sorted(firsts.values()))
+        for host, rank in firsts.items():
+            self.figures.unreachable.add(host)
+            if self.control.dead_why.get(rank) == "heartbeat":
+                why = (f"rank {rank} stopped answering: its heartbeat in the store stood "
+                       f"still for {control.DEAD_S:g} s")
+            else:
+                why = f"rank {rank} did not answer within --timeout {self.args.timeout:g} s"
+            self.figures.unreachable_why[host] = f"{why} ({_step_words(name)})" + \
+                pulses.get(rank, "")
+            self.figures.lost_when[host] = _step_words(name)
+            then = "the check stops after this phase (--on-loss stop)" \
+                if self.args.on_loss == "stop" else "the check goes on without it"
+            self.say(f"host {self.hosts[host]} is unreachable: "
+                     f"{self.figures.unreachable_why[host]}; {then}")
 
-    def _pulse_words(self, rank):
-        """Rank 0: what the lost rank's pulse says (whereabouts.py): "; its process is gone
-        (...)" (refused), "; its host does not answer (...)" (no answer: a host or interface
-        down), or nothing (alive but hung, or no pulse)."""
+    def _pulses(self, ranks):
+        """Rank 0: {rank: what its pulse says} of lost `ranks` (whereabouts.py), all probed at
+        once under one deadline (a host down costs its 1 s once, however many went at a step):
+        "; its process is gone (...)" (refused), "; its host does not answer (...)" (no answer:
+        a host or interface down), or nothing (alive but hung, or no pulse)."""
         found = whereabouts.of(self.comm)
-        if self.comm.global_rank != 0 or found is None:
-            return ""
-        text = found.pulse_of(rank)
-        state = whereabouts.probe_all({rank: text}).get(rank) if text else None
-        return f"; {whereabouts.GONE[state]}" if state in whereabouts.GONE else ""
+        if self.comm.global_rank != 0 or found is None or not ranks:
+            return {}
+        texts = {rank: found.pulse_of(rank) for rank in ranks}
+        states = whereabouts.probe_all({r: t for r, t in texts.items() if t})
+        return {r: f"; {whereabouts.GONE[s]}" for r, s in states.items() if s in whereabouts.GONE}
 
     def stopping(self):
         """--on-loss stop and a host lost: no phase after the one under way (every rank knows
@@ -130,8 +135,10 @@ class Check:
             else:  # its making waits for every member's address: released if one is gone
                 try:
                     self.groups[ranks] = release.measured(self.control, ranks, make)
-                except release.PeerLost:
+                except release.PeerLost as error:
                     self.groups[ranks] = None  # made by no one now: never asked for again
+                    if error.left:
+                        fresh_group_store()
                     raise
         if self.groups[ranks] is None:
             raise release.PeerLost(f"released: a rank of {list(ranks)} stopped answering")
@@ -183,8 +190,9 @@ class Check:
         that share cores they came out 20x too slow), then every pair's bandwidth at once; one
         rank of each host. A retest round is the pair retested, then its control pair (measured
         at the same time: the yardstick of that moment); `controls` (the screen's retests,
-        several a round): control pair -> the pair it is measured beside. `first`: the number of
-        the first round."""
+        several a round): one dict a round, control pair -> the pair it is measured beside in
+        that round (a control serves different pairs in different rounds). `first`: the number
+        of the first round."""
         for number, pairs in enumerate(rounds, first):
             if self.stopping():
                 break
@@ -227,8 +235,9 @@ class Check:
                                                             "unreachable"}
                     found = found or {"round": number, "failed": "no answer"}
                     if phase == "retest" and controls is not None:
-                        if (a, b) in controls:
-                            self._take("control", a, b, found, control_for=controls[(a, b)])
+                        beside = controls[number - first]
+                        if (a, b) in beside:
+                            self._take("control", a, b, found, control_for=beside[(a, b)])
                         else:
                             self._take(phase, a, b, found)
                     elif phase == "retest" and index:
@@ -274,6 +283,22 @@ class Check:
     def record(self, record):
         if self.writer is not None:
             self.writer.add({"type": "doctor", **record})
+
+
+def fresh_group_store():
+    """The process group's store client replaced by a clone of it, for the groups made from now
+    on. A group's making left blocked on a lost peer (release.py) holds its client until
+    --timeout: a TCPStore client does one request at a time, and its wait for the peer's address
+    is one. Every group this rank made after it waited behind it, and rank 0 waited for the rank
+    at the next step as long (16 simulated hosts, one SIGKILLed in round 2 of the screen: its
+    live partner's next group was made, and the check went on, 120 s later, at --timeout)."""
+    c10d = torch.distributed.distributed_c10d
+    world = c10d._get_default_group()
+    backend, store = c10d._world.pg_map[world]
+    try:
+        c10d._world.pg_map[world] = (backend, store.clone())
+    except (AttributeError, RuntimeError):
+        pass  # an older torch's store: the wait as before
 
 
 def _step_words(name):

@@ -38,6 +38,10 @@ class Control:
         run = torch.tensor([uuid.uuid4().int % (1 << 62)], dtype=torch.int64, device=comm.device)
         torch.distributed.broadcast(run, 0)
         self.store = torch.distributed.PrefixStore(f"commbench-doctor-{int(run.item())}/", default)
+        try:  # a client of its own: a group's making holds the process group's while it waits
+            self.store = self.store.clone()  # for its peers (for a lost one: --timeout)
+        except (AttributeError, RuntimeError):
+            pass  # an older torch: the shared one
         self.gone = set()  # ranks that missed a step: their hosts are unreachable
         self.dead_why = {}  # rank -> how its loss was known ("heartbeat" or "timeout")
         self._beats = {}  # rank 0: rank -> (its last heartbeat seen, when it was first seen)

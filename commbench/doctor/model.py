@@ -144,16 +144,16 @@ def check(fabric, rounds=plan.DEFAULT_ROUNDS, seed=0, topology=True, retest=2, w
             figures.links[(a, b)] = link
             last[a] = last[b] = link.bandwidth
     judgement = fleet.first_pass(figures)
-    planned, controls = fleet.retest_plan(figures, judgement, retest) if retest else ([], {})
+    planned, controls = fleet.retest_plan(figures, judgement, retest) if retest else ([], [])
     for offset, pairs in enumerate(planned):
-        number = len(planner) + offset
+        number, beside = len(planner) + offset, controls[offset]
         for pair, link in fabric.measure(pairs, number).items():
             if link is None:
                 figures.unreachable.update(h for h in pair if h in fabric.dead)
-            elif pair in controls:
-                figures.controls[controls[pair]] = link
-                figures.control_of[controls[pair]] = pair
-                figures.retest_log.append((number, pair, link, controls[pair]))
+            elif pair in beside:
+                figures.controls[beside[pair]] = link
+                figures.control_of[beside[pair]] = pair
+                figures.retest_log.append((number, pair, link, beside[pair]))
             else:
                 figures.retests[pair] = link
                 figures.retest_log.append((number, pair, link, None))

@@ -21,7 +21,10 @@ WATCH_S = 0.25  # the main thread looks at the peers' heartbeats this often
 
 
 class PeerLost(RuntimeError):
-    """A peer of the measurement stopped answering: this rank was released from it."""
+    """A peer of the measurement stopped answering: this rank was released from it. `left`: a
+    thread was left blocked in the work, holding what it held (a group's making: the process
+    group's store client, check.fresh_group_store)."""
+    left = False
 
 
 def measured(control, peers, work):
@@ -48,7 +51,9 @@ def measured(control, peers, work):
         lost = control.lost(peers)
         if lost:
             control.released = True  # a thread left blocked: the process ends with os._exit
-            raise PeerLost(_words(lost))
+            error = PeerLost(_words(lost))
+            error.left = True
+            raise error
     if "error" in box:
         raise box["error"]
     return box.get("value")

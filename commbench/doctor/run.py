@@ -137,7 +137,8 @@ def _retest(check, judgement, first):
             if screen:
                 rounds, controls = fleet.retest_plan(check.figures, judgement, args.retest)
                 retests["pairs"] = rounds
-                retests["controls"] = [[list(c), list(p)] for c, p in controls.items()]
+                retests["controls"] = [[[list(c), list(p)] for c, p in beside.items()]
+                                       for beside in controls]  # one list a round
             else:
                 retests["pairs"] = verdict.retest_rounds(check.figures, judgement, args.retest)
         check.control.post("retest-plan", retests)
@@ -147,7 +148,7 @@ def _retest(check, judgement, first):
         check.within_hosts("intra-retest")
     rounds = [[tuple(pair) for pair in pairs] for pairs in retests["pairs"]]
     controls = None if retests.get("controls") is None else \
-        {tuple(c): tuple(p) for c, p in retests["controls"]}
+        [{tuple(c): tuple(p) for c, p in beside} for beside in retests["controls"]]
     if rounds:
         check.pairs(rounds, "retest", controls=controls, first=first)
     return len(rounds)
