@@ -492,38 +492,58 @@ def test_halves_alike_name_nothing_the_machine_was_busy():
     assert "its halves alike: the machine was busy" in judgement.cleared[-1]
 
 
-def test_a_split_over_the_bar_two_times_of_three_by_a_hair_names_nothing():
-    """CI's 16 simulated hosts on 2 cores (2026-12-06): 11 live hosts, halves of 7 and 4 (whole
-    switches, no host outside to pad them), measured at once three times: the 7-rank half at
-    0.89x, 0.65x, 0.698x the 4-rank one (log gaps -0.12, -0.43, -0.36: more ranks on the same
-    two cores, not a switch). Two past the bar (0.705x) by a hair, the mean 0.738x not: nothing
-    named, the cleared line says why. A half at 0.5x every time is still named."""
-    from commbench.doctor import bisect
-    # the halves' log gaps in the order measured: the split (alike, then apart), the 7 hosts'
-    # own halves alike twice, the split again
-    for gaps, named in (((-0.12, -0.43, 0.0, 0.0, -0.36), False), ((-0.69, 0.0, 0.0, -0.69), True)):
-        figures = Figures([f"h{i}" for i in range(11)], 0.5)
-        link = Link(latency_s=1e-5, forward_Bps=GBPS, backward_Bps=GBPS, both_Bps=2 * GBPS)
-        figures.measured = [(0, a, a + 1, link) for a in range(0, 10, 2)]
-        judgement = fleet.first_pass(figures)
-        fleet.confirm(figures, judgement)
-        splits = iter(gaps)
+SEVEN_AND_FOUR = [0] * 4 + [1] * 3 + [2] * 4  # 11 live hosts behind switches of 4, 3 and 4
 
-        def collective(groups, number):
-            if len(groups) == 1:
-                return [0.48 * GBPS]
-            gap = next(splits)
-            return [0.5 * GBPS * math.exp(gap), 0.5 * GBPS]
-        bisect.run(figures, judgement, collective, 1)
-        if named:
-            assert [f.kind for f in judgement.findings] == ["group"], judgement.cleared
-        else:
-            assert judgement.findings == [], [f.text for f in judgement.findings]
-            assert judgement.cleared[-1].endswith(
-                "its last split measured again did not hold: the slower half at 0.698x the "
-                "other, 0.738x on the mean of its 3 measurements (the bar 0.705x; nothing "
-                "named)"), \
-                judgement.cleared[-1]
+
+@pytest.mark.parametrize("count,leaf,gaps,cleared", [
+    # CI's 16 simulated hosts on 2 cores (2026-12-06): 11 live hosts, halves of 7 and 4 (whole
+    # switches, no host outside to pad them), the 7-rank half at 0.89x, then 0.65x the 4-rank
+    # one (more ranks on the same two cores, not a switch): from their sizes alone, in a fleet
+    # at 0.48x, the 7 are expected at 0.80x the 4, so the halves are alike
+    (11, SEVEN_AND_FOUR, (-0.12, -0.43), "its halves alike: the machine was busy, or the whole "
+     "fabric (nothing named)"),
+    # the same gaps between halves of equal size, then the split again at 0.698x: two past the
+    # bar (0.705x) by a hair, the mean 0.738x not
+    (10, None, (-0.12, -0.43, 0.0, 0.0, -0.36), "its last split measured again did not hold: "
+     "the slower half at 0.698x the other, 0.738x on the mean of its 3 measurements (the bar "
+     "0.705x; nothing named)"),
+    # a half at 0.5x the other every time is named, at 7 against 4 as between equals
+    (11, SEVEN_AND_FOUR, (-0.69, 0.0, 0.0, -0.69), None),
+    (10, None, (-0.69, 0.0, 0.0, -0.69), None)])
+def test_halves_are_held_apart_beyond_their_sizes_and_on_the_mean(count, leaf, gaps, cleared):
+    """The halves of a slow fleet, measured at once: the gap between them counts beyond what
+    their sizes alone make of the fleet's slowness (bisect.size_term), and the last split must
+    hold on the mean of every measurement of it; a half at 0.5x is still named."""
+    from commbench.doctor import bisect
+    figures = Figures([f"h{i}" for i in range(count)], 0.5)
+    link = Link(latency_s=1e-5, forward_Bps=GBPS, backward_Bps=GBPS, both_Bps=2 * GBPS)
+    figures.measured = [(0, a, a + 1, link) for a in range(0, count - 1, 2)]
+    judgement = fleet.first_pass(figures)
+    fleet.confirm(figures, judgement)
+    figures.leaf = leaf
+    splits = iter(gaps)
+
+    def collective(groups, number):
+        if len(groups) == 1:
+            return [0.48 * GBPS]
+        gap = next(splits)
+        return [0.5 * GBPS * math.exp(gap), 0.5 * GBPS]
+    bisect.run(figures, judgement, collective, 1)
+    if cleared is None:
+        assert [f.kind for f in judgement.findings] == ["group"], judgement.cleared
+    else:
+        assert judgement.findings == [], [f.text for f in judgement.findings]
+        assert judgement.cleared[-1].endswith(cleared), judgement.cleared[-1]
+
+
+def test_a_larger_half_is_expected_slower_by_its_size_alone():
+    from commbench.doctor import bisect
+    whole = math.log(0.5)
+    seven, four = (math.exp(bisect.size_term(whole, k, 11)) for k in (7, 4))
+    assert (round(seven, 2), round(four, 2)) == (0.60, 0.75)
+    assert bisect.size_term(whole, 11, 11) == pytest.approx(whole)  # the whole fleet: itself
+    assert bisect.size_term(whole, 2, 11) == 0.0  # a pair: what the prediction is made of
+    assert bisect.size_term(0.1, 7, 11) == 0.0  # a fleet not slow: nothing to share out
 
 
 def test_under_the_full_plan_the_fleet_is_predicted_from_every_pair():

@@ -13,7 +13,8 @@ figure (its best pair against the median, counted only under 0.75). Under 1/SLOW
   spans switches and loads what they share as the fleet did; the half APART slower than the
   other is split again, about log2 N rounds; halves alike twice stop it (both fine: the group
   needs all its hosts' load; both slow: the fault is in both, the machine was busy, or the
-  whole fabric);
+  whole fabric); halves of unequal size are held apart by what their sizes alone would make of
+  the fleet's slowness (size_term), as a larger ring is slower on the same busy cores;
 - the last split is measured once more: the same half slower again, and slower by APART on
   the mean of every measurement of that split (one that came out alike counts too: two of
   three over the bar by a hair is not enough), or nothing is named; the
@@ -105,14 +106,21 @@ def run(figures, judgement, collective, number):
     (whole,) = ratios([live])
     if whole >= -SLOW:
         return number - start
-    group, last = _narrow(live, figures.leaf, lambda g, a, b: ratios(list(padded(g, a, b))))
+
+    def split(group, a, b):
+        """The halves' log ratios, measured at once, each less what its size alone makes of
+        the fleet's slowness (size_term): unequal halves are compared as if alike in size."""
+        groups = list(padded(group, a, b))
+        return [r - size_term(whole, len(g), len(live)) for r, g in zip(ratios(groups), groups)]
+
+    group, last = _narrow(live, figures.leaf, split)
     if last is None:
         judgement.cleared.append(
             f"the fleet-wide collective ran at {math.exp(whole):.2f}x what its pairs predict; "
             "its halves alike: the machine was busy, or the whole fabric (nothing named)")
         return number - start
     parent, a, b, first, gaps = last  # the last split again, at once: the same half slower?
-    ra, rb = ratios(list(padded(parent, a, b)))
+    ra, rb = split(parent, a, b)
     mean = statistics.fmean(gaps + [ra - rb])
     if not (abs(ra - rb) >= APART and (ra < rb) == first and abs(mean) >= APART
             and (mean < 0) == first):
@@ -125,6 +133,20 @@ def run(figures, judgement, collective, number):
         return number - start
     _name(figures, judgement, sorted(group), whole, number - start, min(ra, rb))
     return number - start
+
+
+def size_term(whole, size, fleet):
+    """The log ratio a group of `size` hosts is expected to come to from its size alone, when
+    the whole fleet of `fleet` came to `whole` and a pair to 0: interpolated in log size (a
+    collective of more ranks has more steps to lose time in, one late rank holding up each).
+    Halves of 7 and 4 hosts of a fleet of 11 at 0.5x its pairs: 0.60x and 0.75x, so the 7
+    are held apart only below 0.80x the 4 (the bar's 0.705x of that); equal halves, the same
+    term each: nothing changes between them. 16 simulated hosts on 2 cores beside
+    other jobs (2026-12-06): a fleet of 11 at 0.38-0.60x its prediction, its 7-host half read
+    as a slow group in 4 of 10 checks, for its size on the busy cores alone."""
+    if fleet <= 2 or size <= 2 or whole >= 0:
+        return 0.0
+    return whole * min(1.0, math.log(size / 2) / math.log(fleet / 2))
 
 
 def _narrow(group, leaf, measure):
