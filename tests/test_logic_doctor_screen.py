@@ -495,25 +495,31 @@ def test_halves_alike_name_nothing_the_machine_was_busy():
 SEVEN_AND_FOUR = [0] * 4 + [1] * 3 + [2] * 4  # 11 live hosts behind switches of 4, 3 and 4
 
 
-@pytest.mark.parametrize("count,leaf,gaps,cleared", [
+@pytest.mark.parametrize("count,leaf,gaps,cleared,whole", [
     # CI's 16 simulated hosts on 2 cores (2026-12-06): 11 live hosts, halves of 7 and 4 (whole
     # switches, no host outside to pad them), the 7-rank half at 0.89x, then 0.65x the 4-rank
     # one (more ranks on the same two cores, not a switch): from their sizes alone, in a fleet
     # at 0.48x, the 7 are expected at 0.80x the 4, so the halves are alike
     (11, SEVEN_AND_FOUR, (-0.12, -0.43), "its halves alike: the machine was busy, or the whole "
-     "fabric (nothing named)"),
+     "fabric (nothing named)", 0.48),
     # the same gaps between halves of equal size, then the split again at 0.698x: two past the
     # bar (0.705x) by a hair, the mean 0.738x not
     (10, None, (-0.12, -0.43, 0.0, 0.0, -0.36), "its last split measured again did not hold: "
      "the slower half at 0.698x the other, 0.738x on the mean of its 3 measurements (the bar "
-     "0.705x; nothing named)"),
+     "0.705x; nothing named)", 0.48),
+    # the smaller half the slower is not made slower by the sizes: 16 simulated hosts beside
+    # 2 busy loops (2026-12-06), a fleet of 11 at 0.36x, the 7 at 1.02x the 4 then 0.93x
+    (11, SEVEN_AND_FOUR, (0.018, -0.07), "its halves alike: the machine was busy, or the "
+     "whole fabric (nothing named)", 0.358),
     # a half at 0.5x the other every time is named, at 7 against 4 as between equals
-    (11, SEVEN_AND_FOUR, (-0.69, 0.0, 0.0, -0.69), None),
-    (10, None, (-0.69, 0.0, 0.0, -0.69), None)])
-def test_halves_are_held_apart_beyond_their_sizes_and_on_the_mean(count, leaf, gaps, cleared):
-    """The halves of a slow fleet, measured at once: the gap between them counts beyond what
-    their sizes alone make of the fleet's slowness (bisect.size_term), and the last split must
-    hold on the mean of every measurement of it; a half at 0.5x is still named."""
+    (11, SEVEN_AND_FOUR, (-0.69, 0.0, 0.0, -0.69), None, 0.48),
+    (10, None, (-0.69, 0.0, 0.0, -0.69), None, 0.48)])
+def test_halves_are_held_apart_beyond_their_sizes_and_on_the_mean(count, leaf, gaps, cleared,
+                                                                   whole):
+    """The halves of a slow fleet, measured at once: a larger half slower than the smaller
+    counts only beyond what their sizes alone make of the fleet's slowness (bisect.size_term),
+    a smaller half slower counts as measured, and the last split must hold on the mean of every
+    measurement of it; a half at 0.5x is still named."""
     from commbench.doctor import bisect
     figures = Figures([f"h{i}" for i in range(count)], 0.5)
     link = Link(latency_s=1e-5, forward_Bps=GBPS, backward_Bps=GBPS, both_Bps=2 * GBPS)
@@ -525,7 +531,7 @@ def test_halves_are_held_apart_beyond_their_sizes_and_on_the_mean(count, leaf, g
 
     def collective(groups, number):
         if len(groups) == 1:
-            return [0.48 * GBPS]
+            return [whole * GBPS]
         gap = next(splits)
         return [0.5 * GBPS * math.exp(gap), 0.5 * GBPS]
     bisect.run(figures, judgement, collective, 1)

@@ -13,8 +13,9 @@ figure (its best pair against the median, counted only under 0.75). Under 1/SLOW
   spans switches and loads what they share as the fleet did; the half APART slower than the
   other is split again, about log2 N rounds; halves alike twice stop it (both fine: the group
   needs all its hosts' load; both slow: the fault is in both, the machine was busy, or the
-  whole fabric); halves of unequal size are held apart by what their sizes alone would make of
-  the fleet's slowness (size_term), as a larger ring is slower on the same busy cores;
+  whole fabric); when the larger of two unequal halves is the slower, it is given back what its
+  size alone would make of the fleet's slowness (size_term: a larger ring is slower on the same
+  busy cores), no more than to alike;
 - the last split is measured once more: the same half slower again, and slower by APART on
   the mean of every measurement of that split (one that came out alike counts too: two of
   three over the bar by a hair is not enough), or nothing is named; the
@@ -101,17 +102,26 @@ def run(figures, judgement, collective, number):
         spans switches and loads what it shares as in the fleet), disjoint."""
         inside = set(group)
         outside = [h for h in live if h not in inside]
-        return a + outside[0::2][:len(a)], b + outside[1::2][:len(b)]
+        return sorted(a + outside[0::2][:len(a)]), sorted(b + outside[1::2][:len(b)])
 
     (whole,) = ratios([live])
     if whole >= -SLOW:
         return number - start
 
     def split(group, a, b):
-        """The halves' log ratios, measured at once, each less what its size alone makes of
-        the fleet's slowness (size_term): unequal halves are compared as if alike in size."""
+        """The halves' log ratios, measured at once; the larger half, when it is the slower,
+        given back what its size alone would make of the fleet's slowness over the other's
+        (size_term), no more than to alike: a size never makes a half look slower than it
+        measured, nor the smaller one slower at all."""
         groups = list(padded(group, a, b))
-        return [r - size_term(whole, len(g), len(live)) for r, g in zip(ratios(groups), groups)]
+        ra, rb = ratios(groups)
+        expected = size_term(whole, len(groups[0]), len(live)) - \
+            size_term(whole, len(groups[1]), len(live))  # < 0: a the larger, expected slower
+        if expected < 0 and ra < rb:
+            ra = min(rb, ra - expected)
+        elif expected > 0 and rb < ra:
+            rb = min(ra, rb + expected)
+        return [ra, rb]
 
     group, last = _narrow(live, figures.leaf, split)
     if last is None:
