@@ -88,7 +88,7 @@ def test_six_ops_on_oneccl(ccl, tmp_path, launcher, dist, nproc, backend):
     shm_before = set(Path("/dev/shm").iterdir())
     asked = [] if backend == "detected" else [f"--backend={backend}"]
     result = start("run_all.py", "--device=cpu", *asked, f"--dist={dist}", "--scan",
-                   "--maxsize=5", "--trials=3", "--warmups=1", "--check",
+                   "--maxsize=3", "--trials=3", "--warmups=1", "--check",
                    "--dtype=float32,bfloat16", f"--output={output}", nproc=nproc,
                    launcher=launcher)
     assert result.returncode == 0, result
@@ -129,7 +129,7 @@ def test_oneccl_under_open_mpi_and_slurm(ccl, launcher, dist, nproc):
     require_launcher(launcher)
     shm_before = set(Path("/dev/shm").iterdir())
     result = start("run_all.py", "--device=cpu", "--backend=ccl", f"--dist={dist}", "--scan",
-                   "--maxsize=6", "--trials=3", "--warmups=1", "--check", nproc=nproc,
+                   "--maxsize=3", "--trials=3", "--warmups=1", "--check", nproc=nproc,
                    launcher=launcher)
     assert result.returncode == 0, result
     assert_no_traceback(result)
