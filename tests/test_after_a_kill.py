@@ -16,9 +16,10 @@ import pytest
 
 from support import ROOT, base_env, free_port, launch, parse_tables
 
-# Run alone (make test's second part): a lock in the build directory every run of the suite loads
-# from, and /dev/shm's leftovers, are the machine's, not the test's; the builds' test times a
-# line (in directories of its own).
+# Run alone (make test's second part): /dev/shm's leftovers are the machine's, not the test's; the
+# build's test times a line, and its build keeps both cores busy for most of a minute (in
+# directories of its own). The lock's test, in a directory of its own too, mostly waits out its
+# --timeout: it runs beside the others.
 serial = pytest.mark.serial
 
 OP = "deepspeed_shm_comm"
@@ -143,7 +144,6 @@ def test_a_build_says_so_as_it_starts_and_one_killed_midway_does_not_stop_the_ne
                                 or "removed" in line], lines
 
 
-@serial
 def test_a_lock_a_live_build_holds_is_waited_for_until_the_timeout(tmp_path):
     """A live process holds the lock (a build in progress): every rank waits, rank 0 says for
     what and since when, and at --timeout the run ends with one line naming the lock and its

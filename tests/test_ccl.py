@@ -88,7 +88,7 @@ def test_six_ops_on_oneccl(ccl, tmp_path, launcher, dist, nproc, backend):
     shm_before = set(Path("/dev/shm").iterdir())
     asked = [] if backend == "detected" else [f"--backend={backend}"]
     result = start("run_all.py", "--device=cpu", *asked, f"--dist={dist}", "--scan",
-                   "--maxsize=5", "--trials=3", "--warmups=1", "--check",
+                   "--maxsize=3", "--trials=3", "--warmups=1", "--check",
                    "--dtype=float32,bfloat16", f"--output={output}", nproc=nproc,
                    launcher=launcher)
     assert result.returncode == 0, result
@@ -129,7 +129,7 @@ def test_oneccl_under_open_mpi_and_slurm(ccl, launcher, dist, nproc):
     require_launcher(launcher)
     shm_before = set(Path("/dev/shm").iterdir())
     result = start("run_all.py", "--device=cpu", "--backend=ccl", f"--dist={dist}", "--scan",
-                   "--maxsize=6", "--trials=3", "--warmups=1", "--check", nproc=nproc,
+                   "--maxsize=3", "--trials=3", "--warmups=1", "--check", nproc=nproc,
                    launcher=launcher)
     assert result.returncode == 0, result
     assert_no_traceback(result)
@@ -215,6 +215,14 @@ def test_a_killed_rank_leaves_none_hanging(ccl, tmp_path):
     assert "did not finish within 5 s" in ours[0] and "Traceback" not in stderr, stderr
 
 
+# The two tests below wait out --timeout once rank 2 is stopped. It also bounds what comes before
+# the stop, so it must outlast that with room on a busy 2-core machine: the rendezvous of 3 fresh
+# interpreters and oneCCL's start at the first collective (process group up in 0.00-0.03 s, first
+# collective done at 1.47-1.91 s at load average 4-6 on 2 cores), and replay's and DDP's slowest
+# call (milliseconds). 4 s, not 8: 4 s less waited in each.
+STALL_TIMEOUT = 4
+
+
 @serial
 def test_a_sigstopped_rank_mid_replay_is_named_by_replays_own_deadline(ccl, tmp_path):
     """oneCCL never times out a collective: replay.py's ranks beside a SIGSTOPped one would
@@ -222,7 +230,7 @@ def test_a_sigstopped_rank_mid_replay_is_named_by_replays_own_deadline(ccl, tmp_
     that has not moved for --timeout) ends them as gloo's timeout does: rank 0 names rank 2
     alone, with the pass and call, and keeps a failure record; every rank ends."""
     from test_trials import stop_rank_2_mid_replay
-    stop_rank_2_mid_replay(tmp_path, "ccl")
+    stop_rank_2_mid_replay(tmp_path, "ccl", timeout=STALL_TIMEOUT)
 
 
 @serial
@@ -230,7 +238,7 @@ def test_a_sigstopped_rank_mid_training_is_named_by_parallel_bench_own_deadline(
     """The same for parallel_bench.py's steps (DDP at 3 ranks on oneCCL): rank 0 names rank 2
     with the strategy and step, a failure record; every rank ends."""
     from test_trials import stop_rank_2_mid_training
-    stop_rank_2_mid_training(tmp_path, "ccl")
+    stop_rank_2_mid_training(tmp_path, "ccl", timeout=STALL_TIMEOUT)
 
 
 # ------------------------------------------------------------------ detection and settings

@@ -361,17 +361,19 @@ def test_a_sigkilled_rank_is_named_unreachable(tmp_path):
 
 
 def _stop_rank_2_and_read_rank_0(tmp_path, script, args, ready, backend="gloo",
-                                 launcher="torchrun", settle=3.0, records=0):
+                                 launcher="torchrun", settle=3.0, records=0, timeout=8):
     """`script` under `launcher` at 3 ranks (`ranks`: each started by hand, forked from the
-    fork server: every rank's own exit status); rank 2 SIGSTOPped `settle` s after a stderr line
-    with `ready` in it, and once --output holds `records` measured sizes; every rank's end
-    waited for. (exit status, stderr, rank 0's error line, the --output's records)."""
+    fork server: every rank's own exit status) with --timeout `timeout`; rank 2 SIGSTOPped
+    `settle` s after a stderr line with `ready` in it, and once --output holds `records`
+    measured sizes; every rank's end waited for. (exit status, stderr, rank 0's error line,
+    the --output's records)."""
     from test_hardening import wait_for_records
     import threading
     out = tmp_path / "out.jsonl"
     port = free_port()
     env = base_env(MASTER_PORT=str(port))
-    tail = [script, *args, f"--backend={backend}", "--timeout=8", f"--output={out}"]
+    tail = [script, *args, f"--backend={backend}", f"--timeout={timeout}",
+            f"--output={out}"]
     if launcher == "ranks":
         cmd = [sys.executable, *tail]
         procs = [spawn(cmd, rank_env(rank, 3, port)) for rank in range(3)]
@@ -398,10 +400,17 @@ def _stop_rank_2_and_read_rank_0(tmp_path, script, args, ready, backend="gloo",
         ranks = {r: p.pid for r, p in enumerate(procs)} if launcher == "ranks" else \
             _ranks_of(port, script)
         stopped = ranks[2]
-        os.kill(stopped, signal.SIGSTOP)
-        while _alive(ranks[0]) and time.monotonic() - started < 90:
-            time.sleep(0.1)
-        os.kill(stopped, signal.SIGCONT)
+        # A stop that lands before the passes or steps (a loaded machine is slow to leave the
+        # set-up, where oneCCL's ranks have no deadline but the backend's, which never comes) is
+        # waited for in vain: rank 2 goes on, and is stopped again.
+        while _alive(ranks[0]) and time.monotonic() - started < 150:
+            os.kill(stopped, signal.SIGSTOP)
+            since = time.monotonic()
+            while _alive(ranks[0]) and time.monotonic() - since < timeout + 30:
+                time.sleep(0.1)
+            os.kill(stopped, signal.SIGCONT)
+            if _alive(ranks[0]):
+                time.sleep(settle)
         for p in procs:  # every rank ends of itself (a launcher ends those it started)
             p.wait(timeout=90)
         for reader in readers:
@@ -437,12 +446,12 @@ def test_sigstopped_rank_mid_replay_is_named_with_its_pass_and_call(tmp_path):
     stop_rank_2_mid_replay(tmp_path, "gloo", launcher="ranks", settle=2.0)
 
 
-def stop_rank_2_mid_replay(tmp_path, backend, launcher="torchrun", settle=3.0):
+def stop_rank_2_mid_replay(tmp_path, backend, launcher="torchrun", settle=3.0, timeout=8):
     from test_replay import param_trace
     trace = param_trace(tmp_path / "param")
     status, stderr, line, written = _stop_rank_2_and_read_rank_0(
         tmp_path, "replay.py", [str(trace), "--warmup=0", "--repeat=1000000"],
-        "groups besides the world", backend, launcher, settle)
+        "groups besides the world", backend, launcher, settle, timeout=timeout)
     assert status != 0
     host = socket.gethostname()
     assert f"rank 2 on host {host} did not reach replay pass " in line, stderr
@@ -462,12 +471,12 @@ def test_sigstopped_rank_mid_training_is_named_with_its_strategy_step_and_call(t
     stop_rank_2_mid_training(tmp_path, "gloo", launcher="ranks", settle=1.5)
 
 
-def stop_rank_2_mid_training(tmp_path, backend, launcher="torchrun", settle=3.0):
+def stop_rank_2_mid_training(tmp_path, backend, launcher="torchrun", settle=3.0, timeout=8):
     status, stderr, line, written = _stop_rank_2_and_read_rank_0(
         tmp_path, "parallel_bench.py",
         ["--strategy=ddp", "--steps=100000", "--warmup=1", "--hidden=24", "--layers=1",
          "--heads=3", "--vocab=64", "--seq=8", "--micro-batch=1", "--micro-batches=1"],
-        "strategies ddp:", backend, launcher, settle)
+        "strategies ddp:", backend, launcher, settle, timeout=timeout)
     assert status != 0
     host = socket.gethostname()
     assert f"rank 2 on host {host} did not reach ddp " in line, stderr
