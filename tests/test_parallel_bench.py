@@ -31,7 +31,7 @@ ORDER = ["ddp", "zero1", "zero2", "zero3", "tp", "pp"]
 
 
 def flags(model, **extra):
-    values = dict(model, steps=STEPS, warmup=WARMUP, **extra)
+    values = dict(model, **{"steps": STEPS, "warmup": WARMUP, **extra})
     return [f"--{key.replace('_', '-')}={value}" for key, value in values.items()]
 
 
@@ -66,14 +66,14 @@ def two(tmp_path_factory):
     return run_strategies(tmp_path_factory, 2, TINY, "all")
 
 
-@pytest.fixture(scope="module")
-def three(tmp_path_factory):
-    return run_strategies(tmp_path_factory, 3, TINY_3, "zero1,zero3,tp,pp", existing=True)
+# 3 ranks: test_replay.py's job (all six strategies of TINY_3, traced) is checked with
+# check_three_ranks below: one 3-rank launch for both files.
 
 
 @pytest.fixture(scope="module")
 def two_bf16(tmp_path_factory):
-    return run_strategies(tmp_path_factory, 2, TINY, "ddp,zero2,tp,pp", dtype="bfloat16")
+    return run_strategies(tmp_path_factory, 2, TINY, "ddp,zero2,tp,pp", existing=True,
+                          dtype="bfloat16")
 
 
 def table_rows(stdout):
@@ -86,12 +86,12 @@ def table_rows(stdout):
     return rows
 
 
-def check_record(record, meta, n, model, strategy):
+def check_record(record, meta, n, model, strategy, steps=STEPS, warmup=WARMUP):
     p = params(model)
     assert record["type"] == "strategy" and record["strategy"] == strategy
     assert record["world_size"] == n and record["params"] == p == meta["model"]["params"]
     assert record["dp"] * record["tp"] * record["pp"] == n
-    assert record["steps"] == STEPS and len(record["step_times_s"]) == STEPS
+    assert record["steps"] == steps and len(record["step_times_s"]) == steps
     assert all(t > 0 for t in record["step_times_s"])
     spread = record["step_time_s"]
     assert spread["min"] <= spread["median"] <= spread["p90"] <= spread["max"]
@@ -105,7 +105,7 @@ def check_record(record, meta, n, model, strategy):
     assert record["memory_source"] == "rss_high_water"
     assert len(record["params_per_rank"]) == n
     loss = record["loss"]
-    assert len(loss) == WARMUP + STEPS and loss[-1] < loss[0], loss
+    assert len(loss) == warmup + steps and loss[-1] < loss[0], loss
     assert record["exposed_comm_s"] >= 0
     assert record["exposed_method"] == ("no_sync difference" if strategy == "ddp"
                                         else "blocked in calls")
@@ -188,12 +188,13 @@ def test_bytes_equal_the_analytic_volumes_at_two_ranks(two):
     check_volumes(two[2], TINY, 2, 4)
 
 
-def test_three_ranks(three):
-    result, meta, records = three
-    assert list(records) == ["zero1", "zero3", "tp", "pp"]
-    rows = table_rows(result.stdout)
+def check_three_ranks(stdout, meta, records, steps, warmup):
+    """Every strategy of TINY_3 at 3 ranks (test_replay.py's traced job runs it): the records,
+    the table's rows, the analytic volumes with ZeRO's padding."""
+    assert list(records) == ORDER
+    rows = table_rows(stdout)
     for name, record in records.items():
-        check_record(record, meta, 3, TINY_3, name)
+        check_record(record, meta, 3, TINY_3, name, steps, warmup)
         assert name in rows
     assert params(TINY_3) % 6 != 0  # ZeRO's padding is exercised
     check_volumes(records, TINY_3, 3, 4)

@@ -11,6 +11,8 @@ import sys
 import pytest
 
 from support import ROOT, assert_no_traceback, free_port, launch, launch_ranks
+from test_parallel_bench import TINY_3, check_three_ranks, read_records
+from test_parallel_bench import flags as model_flags
 
 DATA = ROOT / "tests" / "data"
 SHAPE = ("op", "dtype", "in_numel", "out_numel", "group", "root", "peer", "in_split",
@@ -80,12 +82,14 @@ def assert_checked(result, calls):
 @pytest.mark.parametrize("nproc", [3])
 def test_parallel_bench_traces_of_all_six_strategies_replay(tmp_path, nproc):
     trace, db = tmp_path / "trace", tmp_path / "results.db"
-    job = launch("parallel_bench.py", "--strategy", "all", "--steps", "2", "--warmup", "1",
-                 "--hidden", "48", "--layers", "3", "--heads", "6", "--vocab", "128", "--seq",
-                 "16", "--micro-batch", "2", "--micro-batches", "2", "--trace", trace,
-                 "--output", tmp_path / "job.jsonl", "--db", db, "--tag", "t",
+    # test_parallel_bench.py's 3-rank model (uneven ZeRO partitions); its checks of the job
+    # (records, table, analytic volumes) run on this launch too
+    job = launch("parallel_bench.py", "--strategy", "all", *model_flags(TINY_3, steps=2, warmup=1),
+                 "--trace", trace, "--output", tmp_path / "job.jsonl", "--db", db, "--tag", "t",
                  "--prometheus", tmp_path / "job.prom", nproc=nproc, timeout=400)
     assert job.returncode == 0, job
+    assert_no_traceback(job)
+    check_three_ranks(job.stdout, *read_records(tmp_path / "job.jsonl"), steps=2, warmup=1)
     strategies = [r["strategy"] for r in records(tmp_path / "job.jsonl") if r["type"] == "strategy"]
     assert strategies == ["ddp", "zero1", "zero2", "zero3", "tp", "pp"]
     # --db and --prometheus (docs/history.md): the strategy rows as the file has them
