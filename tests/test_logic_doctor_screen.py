@@ -124,9 +124,8 @@ def test_a_dead_host_is_named_unreachable_and_the_rest_goes_on():
     assert outcome.named() == {("unreachable", "n0010")}
 
 
-def _by_hand(retest_gbps, control_gbps):
-    """8 hosts screened, host 0 slow in all its pairs; its retests and their control pairs at
-    the figures given."""
+def _eight_screened():
+    """8 hosts screened in 3 rounds, host 0 at 3 Gbps in all its pairs, the rest 6.2-6.6."""
     figures = Figures([f"n{h}" for h in range(8)], 0.5)
     for number, pairs in enumerate([[(0, 1), (2, 3), (4, 5), (6, 7)],
                                     [(0, 7), (1, 6), (2, 5), (3, 4)],
@@ -135,6 +134,13 @@ def _by_hand(retest_gbps, control_gbps):
             bw = (3.0 if a == 0 else 6.0 + 0.05 * (a + b)) * GBPS
             figures.measured.append((number, a, b, Link(20e-6, bw, bw, 2 * bw)))
             figures.links[(a, b)] = figures.measured[-1][3]
+    return figures
+
+
+def _by_hand(retest_gbps, control_gbps):
+    """8 hosts screened, host 0 slow in all its pairs; its retests and their control pairs at
+    the figures given."""
+    figures = _eight_screened()
     judgement = fleet.first_pass(figures)
     assert [(f.kind, f.hosts) for f in judgement.suspects] == [("host", (0,))]
     rounds, controls = fleet.retest_plan(figures, judgement)
@@ -182,14 +188,7 @@ def test_a_retest_without_a_control_is_held_to_the_fraction_of_the_typical_pair(
     control pair measured (none ran): 4 Gbps, 0.63x the typical pair, is what a busy retest
     round does to a healthy host (z -6 by the spread alone: it was named); 2 Gbps, below
     --min-fraction 0.5 of it, is named."""
-    figures = Figures([f"n{h}" for h in range(8)], 0.5)
-    for number, pairs in enumerate([[(0, 1), (2, 3), (4, 5), (6, 7)],
-                                    [(0, 7), (1, 6), (2, 5), (3, 4)],
-                                    [(0, 6), (1, 7), (2, 4), (3, 5)]]):
-        for a, b in pairs:
-            bw = (3.0 if a == 0 else 6.0 + 0.05 * (a + b)) * GBPS
-            figures.measured.append((number, a, b, Link(20e-6, bw, bw, 2 * bw)))
-            figures.links[(a, b)] = figures.measured[-1][3]
+    figures = _eight_screened()
     judgement = fleet.first_pass(figures)
     rounds, _ = fleet.retest_plan(figures, judgement)
     (host,) = judgement.suspects

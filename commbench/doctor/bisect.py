@@ -108,20 +108,9 @@ def run(figures, judgement, collective, number):
     if whole >= -SLOW:
         return number - start
 
-    def split(group, a, b):
-        """The halves' log ratios, measured at once; the larger half, when it is the slower,
-        given back what its size alone would make of the fleet's slowness over the other's
-        (size_term), no more than to alike: a size never makes a half look slower than it
-        measured, nor the smaller one slower at all."""
+    def split(group, a, b):  # the halves at once, the larger's size given back (_sized)
         groups = list(padded(group, a, b))
-        ra, rb = ratios(groups)
-        expected = size_term(whole, len(groups[0]), len(live)) - \
-            size_term(whole, len(groups[1]), len(live))  # < 0: a the larger, expected slower
-        if expected < 0 and ra < rb:
-            ra = min(rb, ra - expected)
-        elif expected > 0 and rb < ra:
-            rb = min(ra, rb + expected)
-        return [ra, rb]
+        return _sized(*ratios(groups), *map(len, groups), whole, len(live))
 
     group, last = _narrow(live, figures.leaf, split)
     if last is None:
@@ -143,6 +132,19 @@ def run(figures, judgement, collective, number):
         return number - start
     _name(figures, judgement, sorted(group), whole, number - start, min(ra, rb))
     return number - start
+
+
+def _sized(ra, rb, size_a, size_b, whole, fleet):
+    """The halves' log ratios [ra, rb], the larger half, when it is the slower, given back what
+    its size alone would make of the fleet's slowness over the other's (size_term), no more
+    than to alike: a size never makes a half look slower than it measured, nor the smaller one
+    slower at all."""
+    expected = size_term(whole, size_a, fleet) - size_term(whole, size_b, fleet)
+    if expected < 0 and ra < rb:  # a the larger, expected slower
+        ra = min(rb, ra - expected)
+    elif expected > 0 and rb < ra:
+        rb = min(ra, rb + expected)
+    return [ra, rb]
 
 
 def size_term(whole, size, fleet):
