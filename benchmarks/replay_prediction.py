@@ -1,12 +1,15 @@
 """How close a replay comes to the job it was recorded from, for the six parallel strategies.
 
-Runs parallel_bench.py once with --trace (the default model, or --quick's small one), then
-replays each strategy's trace on the same ranks in every mode: back to back (replay.py's
+Runs parallel_bench.py with --trace (the default model, or --quick's small one) --jobs times
+(3: the job moves from one run to the next by more than a replay does), then replays each
+strategy's trace of the first run on the same ranks in every mode: back to back (replay.py's
 default), --isolated (each call between barriers), --pace (the job's gaps between calls kept,
 slept through) and --pace compute (the gaps filled with calibrated compute). Prints, per
 strategy, the job's communication time per step (the slowest rank's sum of its calls' times,
-as the recorder measured them inside the job) beside each replay's, and their ratios; the same
-for the time with a call in flight; then each strategy's table by op kind, back to back.
+as the recorder measured them inside the job; the median of the --jobs runs) beside each
+replay's, and their ratios; the same for the time with a call in flight; the noise under them
+(each job run's figure, the steps of the first, the replay's passes); then each strategy's
+table by op kind, back to back.
 
   .venv/bin/python benchmarks/replay_prediction.py                 # 2 ranks, gloo
   .venv/bin/python benchmarks/replay_prediction.py --nproc 3 --quick
@@ -40,9 +43,19 @@ def torchrun(nproc, *args):
     return done.stdout
 
 
-def cells(figures, key, steps):
-    """The job's time per step, then each mode's with its ratio to the job's (ms)."""
-    job = figures["back to back"][f"job_{key}s"] / steps
+def recorded(directory):
+    """(sum of call times, time with a call in flight) of the job a trace holds, the slowest
+    rank's (s), as its recorder measured them."""
+    sys.path.insert(0, str(ROOT))
+    from commbench.trace import formats, summary
+    trace = formats.read(directory)
+    return summary.total_time(trace), summary.job_in_flight(trace)
+
+
+def cells(figures, jobs, key, steps):
+    """The job's time per step (the median over its runs), then each mode's with its ratio to
+    the job's (ms)."""
+    job = statistics.median(run[key] for run in jobs) / steps
     found = [f"{job * 1e3:.2f}"]
     for mode, _ in MODES:
         replay = figures[mode][f"replay_{key}s"] / steps
@@ -78,6 +91,8 @@ def main():
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=3,
+                        help="runs of the job, each recorded: the job's figure is their median")
     parser.add_argument("--backend", default="gloo")
     parser.add_argument("--quick", action="store_true", help="the tests' small model")
     parser.add_argument("--port", type=int, default=29731)
@@ -89,10 +104,13 @@ def main():
     PORT[0] = args.port
     folder = Path(tempfile.mkdtemp(prefix="replay-prediction-"))
     model = QUICK if args.quick else []
-    traces = Path(args.traces) if args.traces else folder / "trace"
+    runs = [Path(args.traces)] if args.traces else [folder / f"trace-{k + 1}"
+                                                     for k in range(args.jobs)]
     if not args.traces:
-        print(torchrun(args.nproc, "parallel_bench.py", "--strategy", "all", "--steps",
-                       args.steps, "--backend", args.backend, "--trace", traces, *model))
+        for run in runs:
+            print(torchrun(args.nproc, "parallel_bench.py", "--strategy", "all", "--steps",
+                           args.steps, "--backend", args.backend, "--trace", run, *model))
+    traces = runs[0]
     rows, tables, noise = [], [], []
     for name in args.strategies.split(","):
         figures = {}
@@ -103,24 +121,28 @@ def main():
                               out, *extra)
             figures[mode] = summary(out)["prediction"]["total"]
             if mode == "compute":
-                noise.append((name, spread(out, args.steps)))
+                noise.append((name, *spread(out, args.steps)))
             if mode == "back to back":
                 tables.append(f"### {name}\n\n```\n{stdout.strip()}\n```")
-        rows.append([name] + [cells(figures, key, args.steps) for key in ("", "in_flight_")])
+        jobs = [dict(zip(("", "in_flight_"), recorded(run / name))) for run in runs]
+        noise[-1] += ([run[""] / args.steps * 1e3 for run in jobs],)
+        rows.append([name] + [cells(figures, jobs, key, args.steps) for key in ("", "in_flight_")])
     print(f"Communication per step, ms (replay/job in brackets), the slowest rank's, "
-          f"{args.nproc} ranks, {args.backend}:")
+          f"{args.nproc} ranks, {args.backend}; the job's the median of {len(runs)} run(s) of it:")
     for at, what in ((1, "the sum of call times"), (2, "the time with a call in flight")):
         print(f"\n{what}:\n")
         print("| strategy | job | back to back | --isolated | --pace | --pace compute |")
         print("|---|---|---|---|---|---|")
         print("\n".join(f"| {row[0]} | " + " | ".join(row[at]) + " |" for row in rows))
-    print("\nThe noise under the ratios (ms, median and min-max): the job's communication in each "
-          "of its steps, the slowest rank's; --pace compute's per step in each pass:\n")
-    print("| strategy | job, by step | --pace compute, by pass |")
-    print("|---|---|---|")
-    for name, figures in noise:
-        shown = ["-" if f is None else f"{f[0]:.2f} ({f[1]:.2f}-{f[2]:.2f})" for f in figures]
-        print(f"| {name} | " + " | ".join(shown) + " |")
+    print("\nThe noise under the ratios (ms): the job's communication per step in each run of it; "
+          "in each step of its first run (median and min-max), the slowest rank's; --pace "
+          "compute's per step in each pass (the same):\n")
+    print("| strategy | job, by run | job's first run, by step | --pace compute, by pass |")
+    print("|---|---|---|---|")
+    for name, job_steps, passes, by_run in noise:
+        shown = ["-" if f is None else f"{f[0]:.2f} ({f[1]:.2f}-{f[2]:.2f})"
+                 for f in (job_steps, passes)]
+        print(f"| {name} | {', '.join(f'{x:.2f}' for x in by_run)} | " + " | ".join(shown) + " |")
     print("\n" + "\n\n".join(tables))
     print(f"\n(traces and replays in {folder})", file=sys.stderr)
 
