@@ -27,6 +27,14 @@ import sys
 
 import torch  # noqa: F401  the point of this process
 
+try:  # what a training rank imports next, once per rank: torch.optim's first optimizer imports
+    # torch._dynamo (1.1 s of CPU), DeepSpeed's ZeRO (its Muon optimizer, torch.compile)
+    # torch._inductor (0.8 s); neither starts a thread or a process at import
+    import torch._dynamo  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401
+except ImportError:
+    pass
+
 READY = b"ready"
 
 

@@ -15,38 +15,41 @@ def wrong_column(result):
 # at 3): test_scan.py's scan, which reads --check's column of every table.
 
 
-# Every op's own check, each at one world size and layer (both layers at 3 ranks).
-@pytest.mark.parametrize("op,nproc,rank,dist", [
-    ("all_reduce", 3, 2, "torch"),
-    ("all_gather", 2, 1, "deepspeed"),
-    ("reduce_scatter", 3, 0, "deepspeed"),
-    ("pt2pt", 3, 1, "torch"),
-    ("reduce", 3, 0, "deepspeed"),
-    ("gather", 2, 0, "torch"),
-    ("scatter", 3, 2, "torch"),
-    ("barrier", 3, 1, "deepspeed"),
-])
-def test_check_catches_one_wrong_element(run, op, nproc, rank, dist):
-    """The harness's test hook alters one result element of `op` on `rank` after the check run;
-    every other op's check finds nothing (the six by default; with one of the others, --all)."""
-    every = ["--all"] if op in MORE_OPS else []
+# Every op's own check, each at one world size and layer (both layers at 3 ranks): (op, rank)
+# faults injected together where they share them, one launch each; barrier's alone, its line
+# its own.
+@pytest.mark.parametrize("faults,nproc,dist", [
+    ((("all_reduce", 2), ("pt2pt", 1), ("scatter", 2)), 3, "torch"),
+    ((("all_gather", 1),), 2, "deepspeed"),
+    ((("reduce_scatter", 0), ("reduce", 0)), 3, "deepspeed"),
+    ((("gather", 0),), 2, "torch"),
+    ((("barrier", 1),), 3, "deepspeed"),
+], ids=lambda value: "-".join(op for op, _ in value) if isinstance(value, tuple) else None)
+def test_check_catches_one_wrong_element(run, faults, nproc, dist):
+    """The harness's test hook alters one result element of each `op` on its `rank` after the
+    check run; every other op's check finds nothing (the six by default; with one of the
+    others, --all)."""
+    ops = [op for op, _ in faults]
+    every = ["--all"] if set(ops) & set(MORE_OPS) else []
     result = run("run_all.py", *every, "--check", "--scan", "--maxsize=4", "--trials=1",
-                 f"--dist={dist}", nproc=nproc, env={"COMMBENCH_INJECT_WRONG": f"{op}:{rank}"})
+                 f"--dist={dist}", nproc=nproc,
+                 env={"COMMBENCH_INJECT_WRONG": ",".join(f"{op}:{rank}" for op, rank in faults)})
     assert result.returncode == 1, result
     wrong = wrong_column(result)
-    assert wrong.pop(op) == ([1] if op == "barrier" else [1, 1, 1])
+    for op in ops:
+        assert wrong.pop(op) == ([1] if op == "barrier" else [1, 1, 1]), op
     assert all(counts == ([0] if other == "barrier" else [0, 0, 0])
                for other, counts in wrong.items()), wrong
     # the run went on to the end
     assert len(result.tables) == len(expected_ops(nproc)) + (5 if every else 0)
     errors = [line for line in result.stderr.splitlines() if line.startswith("commbench: error:")]
-    if op == "barrier":  # no payload, one row
+    if ops == ["barrier"]:  # no payload, one row
         assert errors == ["commbench: error: --check found wrong elements: barrier at 0 bytes "
                           "per rank: 1 wrong element"]
-    else:
+    else:  # the first op's first size, and every other wrong size counted
         size = nproc * 2 * 4  # the first size of the scan: E = 2n elements of 4 bytes
-        assert errors == [f"commbench: error: --check found wrong elements: {op} at {size} bytes "
-                          f"per rank: 1 wrong element (and 2 more)"]
+        assert errors == [f"commbench: error: --check found wrong elements: {ops[0]} at {size} "
+                          f"bytes per rank: 1 wrong element (and {3 * len(ops) - 1} more)"]
     assert_no_traceback(result)
 
 

@@ -173,13 +173,15 @@ FAULT_VARIABLE = "COMMBENCH_INJECT_WRONG"
 def _injected(collective, comm, trial):
     """Test hook: COMMBENCH_INJECT_WRONG=op:rank[:trial[:element]] alters one result element
     (element 0 unless named) of that op on that rank: in --check's call, or in trial `trial`
-    (counted from 0, default 0) of --check-every's window. The element to alter, or None."""
-    parts = os.environ.get(FAULT_VARIABLE, "").split(":")
-    if len(parts) < 2 or parts[:2] != [collective.name, str(comm.rank)]:
-        return None
-    if trial != (int(parts[2]) if len(parts) > 2 else 0):
-        return None
-    return int(parts[3]) if len(parts) > 3 else 0
+    (counted from 0, default 0) of --check-every's window; several such, comma-separated, one
+    each. The element to alter, or None."""
+    for fault in os.environ.get(FAULT_VARIABLE, "").split(","):
+        parts = fault.split(":")
+        if len(parts) < 2 or parts[:2] != [collective.name, str(comm.rank)]:
+            continue
+        if trial == (int(parts[2]) if len(parts) > 2 else 0):
+            return int(parts[3]) if len(parts) > 3 else 0
+    return None
 
 
 def _inject_fault(collective, comm, result, trial):
