@@ -78,6 +78,8 @@ def clear(commands):
 ELSEWHERE = {
     ("sweeps.md", "run_all.py --dist torch --backend gloo --all --min-bytes 1K --max-bytes 4M"):
         "tests/test_sweeps_and_ops.py::test_the_issue_command",
+    ("cluster.md", "torchrun --nnodes 2 --node-rank 0 --nproc-per-node 2"):
+        "tests/test_groups.py::test_layouts_across_two_hosts_as_cluster_md_runs_them",
 }
 
 
