@@ -80,6 +80,8 @@ ELSEWHERE = {
         "tests/test_sweeps_and_ops.py::test_the_issue_command",
     ("cluster.md", "torchrun --nnodes 2 --node-rank 0 --nproc-per-node 2"):
         "tests/test_groups.py::test_layouts_across_two_hosts_as_cluster_md_runs_them",
+    ("cluster.md", "srun -N 2 --ntasks-per-node=2"):
+        "tests/test_many_hosts_slurm.py::test_srun_across_two_hosts",
 }
 
 
