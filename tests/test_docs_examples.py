@@ -7,10 +7,14 @@ venv's bin first on PATH, as after `. .venv/bin/activate`, nothing else exported
 TORCH_EXTENSIONS_DIR, MPLCONFIGDIR or cache folder), and a home of its own; it must exit 0
 within the time stated, and write nothing in that home (~/.cache included).
 The files it writes there are removed after (a copy of the tree elsewhere would run DeepSpeed
-from another path, which makes torch rebuild its ops)."""
+from another path, which makes torch rebuild its ops). A block whose launch a dedicated test
+would make again is run by that test instead, as written (run_example), and read there
+(ELSEWHERE); here it is skipped, naming the test."""
 
+import random
 import re
 import subprocess
+import uuid
 
 import pytest
 
@@ -68,16 +72,50 @@ def clear(commands):
                            capture_output=True, timeout=60)
 
 
-@pytest.mark.fast  # in-process
-def test_every_page_has_examples():
-    assert {page for page, *_ in ALL} == set(PAGES), ALL
+# Blocks that another test runs as written (run_example below) and reads more closely than this
+# file does (its tables, its results file), instead of running its own launch of the same thing:
+# (page, a piece of the block's text) -> that test. This file skips them, naming it.
+ELSEWHERE = {
+    ("sweeps.md", "run_all.py --dist torch --backend gloo --all --min-bytes 1K --max-bytes 4M"):
+        "tests/test_sweeps_and_ops.py::test_the_issue_command",
+    ("cluster.md", "torchrun --nnodes 2 --node-rank 0 --nproc-per-node 2"):
+        "tests/test_groups.py::test_layouts_across_two_hosts_as_cluster_md_runs_them",
+    ("cluster.md", "srun -N 2 --ntasks-per-node=2"):
+        "tests/test_many_hosts_slurm.py::test_srun_across_two_hosts",
+}
 
 
-@pytest.mark.parametrize("page,line,seconds,commands", [
-    pytest.param(*example, id=f"{example[0]}:{example[1]}",
-                 marks=[pytest.mark.serial] if alone(example[3]) else [])
-    for example in ALL])
-def test_docs_example_runs_as_written(page, line, seconds, commands, tmp_path):
+def example(page, piece):
+    """(line, claimed seconds, commands) of the one ```sh block of docs/`page` holding `piece`."""
+    found = [block for block in examples(page) if piece in block[2]]
+    assert len(found) == 1, f"docs/{page}: {len(found)} ```sh blocks hold {piece!r}"
+    return found[0]
+
+
+def given_to(test):
+    """(page, line, claimed seconds, commands) of the block ELSEWHERE gives to `test` (its
+    function's name), for run_example."""
+    (page, piece), = [key for key, name in ELSEWHERE.items() if name.endswith(f"::{test}")]
+    return (page, *example(page, piece))
+
+
+def own_hosts():
+    """Renames for a block's simulated hosts (`demo` at 10.77.0), unique per use as the hosts
+    fixture's (conftest.py): ({"demo": name, "10.77.0": subnet}, name, subnet)."""
+    name = "cb" + uuid.uuid4().hex[:6]
+    subnet = f"10.{random.randint(64, 127)}.{random.randint(0, 255)}"
+    return {"demo": name, "10.77.0": subnet}, name, subnet
+
+
+def run_example(page, line, seconds, commands, tmp_path, renames=None):
+    """Run a block as a user would (this module's docstring): the finished process, once it has
+    exited 0 within the time the page states, with no traceback and nothing in its home.
+    `renames`: {text: replacement}, each text in the block, replaced in it first: a test running
+    a block beside other tests gives its simulated hosts, subnet and files names of its own (the
+    docs' `demo` at 10.77.0 is another block's too: own_hosts())."""
+    for text, replacement in (renames or {}).items():
+        assert text in commands, f"docs/{page}:{line}: no {text!r} in the block"
+        commands = commands.replace(text, str(replacement))
     if "sim-hosts.sh" in commands:
         require_root("simulated hosts need root (network namespaces)")
     clear(commands)  # what a run killed before its teardown left, by name
@@ -105,3 +143,25 @@ def test_docs_example_runs_as_written(page, line, seconds, commands, tmp_path):
     written = sorted(str(path.relative_to(home)) for path in home.rglob("*"))
     assert not written, f"docs/{page}:{line} wrote in the user's home: {written[:10]}"
     assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
+    return proc
+
+
+@pytest.mark.fast  # in-process
+def test_every_page_has_examples():
+    assert {page for page, *_ in ALL} == set(PAGES), ALL
+    for (page, piece), test in ELSEWHERE.items():  # each names one block, and a test there is
+        example(page, piece)
+        path, _, name = test.partition("::")
+        assert f"def {name}(" in (ROOT / path).read_text(), test
+
+
+@pytest.mark.parametrize("page,line,seconds,commands", [
+    pytest.param(*block, id=f"{block[0]}:{block[1]}",
+                 marks=[pytest.mark.serial] if alone(block[3]) else [])
+    for block in ALL])
+def test_docs_example_runs_as_written(page, line, seconds, commands, tmp_path):
+    elsewhere = [test for (on, piece), test in ELSEWHERE.items()
+                 if on == page and piece in commands]
+    if elsewhere:
+        pytest.skip(f"docs/{page}:{line} runs as written in {elsewhere[0]}")
+    run_example(page, line, seconds, commands, tmp_path)

@@ -1,7 +1,11 @@
 """Several hosts on one machine (scripts/sim-hosts.sh: network namespaces on a bridge, each with
-its own address and host name): the suite across 2 and 3 hosts under torchrun's multi-node
-launch, read from the table on rank 0's host and the results file. Root only; the hosts are
-torn down by name (and every process in them killed) even when a test fails."""
+its own address and host name): the suite across 3 hosts, read from the table on rank 0's host
+and the results file; the hosts themselves. 2 hosts x 2 ranks under torchrun's multi-node
+launch (across() below), both layers: tests/test_groups.py's test_layouts_across_two_hosts,
+which reads what this file read of such a run (the start-up line, every op's table and --check,
+--stats naming the straggler's host, the results file's host names and master address) beside
+its layouts. Root only; the hosts are torn down by name (and every process in them killed)
+even when a test fails."""
 
 import json
 import os
@@ -38,7 +42,7 @@ def by_hand(name, subnet, count, nproc, *args, timeout=240):
     """run_all.py's ranks started by hand in each host, with the environment torchrun's
     multi-node launch gives them (rank 0 on host 1, whose address is MASTER_ADDR), without
     torchrun's agents: for the tests whose point is not the launcher (torchrun's own run is
-    test_two_hosts_two_ranks_each_under_torchrun). The same answer as across(): (host 1's
+    test_groups.py's test_layouts_across_two_hosts). The same answer as across(): (host 1's
     stdout, every host's stderr, each host's first non-zero exit status or 0)."""
     port = free_port()
     procs, cmd = [], None
@@ -57,34 +61,6 @@ def by_hand(name, subnet, count, nproc, *args, timeout=240):
                 for ranks in hosts]
     return ("".join(outputs[i][0] for i in hosts[0]),
             ["".join(outputs[i][1] for i in ranks) for ranks in hosts], statuses)
-
-
-@pytest.mark.parametrize("dist", ["torch", "deepspeed"])
-def test_two_hosts_two_ranks_each_under_torchrun(hosts, tmp_path, dist):
-    name, subnet = hosts(2)
-    output = tmp_path / "two.jsonl"
-    stdout, stderrs, statuses = across(name, subnet, 2, 2, f"--dist={dist}", "--scan",
-                                       "--maxsize=5", "--trials=2", "--check", "--stats",
-                                       f"--output={output}")
-    assert statuses == [0, 0], stderrs
-    assert "4 ranks on 2 host(s)" in stderrs[0]
-    tables = parse_tables(stdout)
-    assert [t.op for t in tables] == ["all_reduce", "all_gather", "all_to_all",
-                                      "reduce_scatter", "pt2pt", "broadcast"]
-    assert all(row.extra[-1] == "0" for t in tables for row in t.rows)
-    lines = [json.loads(line) for line in output.read_text().splitlines()]
-    meta = lines[0]
-    assert meta["hostnames"] == [f"{name}1", f"{name}1", f"{name}2", f"{name}2"]
-    # --stats names the straggler's host beside its rank, in the table and the records
-    for row, record in zip((row for t in tables for row in t.rows), lines[1:]):
-        rank, host = record["slowest_rank"], record["slowest_host"]
-        if rank is None:  # no straggler beyond the evidence (commbench/bench/lateness.py)
-            assert host is None and row.extra[-2] == "-"
-            continue
-        assert host == meta["hostnames"][rank]
-        assert row.extra[-2] == f"{rank}@{host}"
-    assert meta["master_addr"] == f"{subnet}.1"  # host 1's address, never loopback
-    assert meta["world_size"] == 4
 
 
 def test_three_hosts(hosts, tmp_path):

@@ -8,12 +8,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from support import SIM_HOSTS as SCRIPT, ROOT, base_env, parse_tables
+from test_docs_examples import given_to, own_hosts, run_example
 
 SLURM_SCRIPT = ROOT / "scripts" / "sim-slurm.sh"
 STATE_ROOT = Path(os.environ.get("COMMBENCH_HOSTS_DIR", "/tmp/commbench-hosts"))
@@ -65,33 +65,33 @@ def in_host(name, conf, *cmd, timeout=240):
                     f"{text(error.stdout)[-3000:]}\n--- stderr\n{text(error.stderr)[-6000:]}")
 
 
-def test_srun_across_two_hosts(cluster, tmp_path):
-    """Both layers, one after the other on one cluster."""
-    for dist in ("torch", "deepspeed"):
-        srun_across_two_hosts(cluster, tmp_path, dist)
-
-
-def srun_across_two_hosts(cluster, tmp_path, dist):
-    name, subnet, conf = cluster
-    output = tmp_path / f"slurm-{dist}.jsonl"
-    result = in_host(name, conf, "srun", "-N", "2", "--ntasks-per-node=2", "--overcommit",
-                     sys.executable, "run_all.py", f"--dist={dist}", "--backend=gloo",
-                     "--scan", "--maxsize=5",
-                     "--trials=2", "--check", f"--output={output}")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "4 ranks on 2 host(s), launcher environment: Slurm" in result.stderr, result.stderr
-    tables = parse_tables(result.stdout)
+def test_srun_across_two_hosts(tmp_path):
+    """Both layers, one after the other on one cluster: docs/cluster.md's example, run as
+    written (its hosts, subnet and results files renamed: other tests run beside it), and not in
+    test_docs_examples.py."""
+    require_slurm()
+    renames, name, _ = own_hosts()
+    outputs = {dist: tmp_path / f"slurm-{dist}.jsonl" for dist in ("torch", "deepspeed")}
+    proc = run_example(*given_to("test_srun_across_two_hosts"), tmp_path,
+                       renames={**renames, **{f"slurm-{dist}.jsonl": path
+                                              for dist, path in outputs.items()}})
+    assert proc.stderr.count("4 ranks on 2 host(s), launcher environment: Slurm") == 2, \
+        proc.stderr
+    for layer in ("torch (torch.distributed)", "deepspeed (deepspeed.comm)"):
+        assert f"commbench: {layer}" in proc.stderr, proc.stderr
+    tables = parse_tables(proc.stdout)
     assert [t.op for t in tables] == ["all_reduce", "all_gather", "all_to_all",
-                                      "reduce_scatter", "pt2pt", "broadcast"]
+                                      "reduce_scatter", "pt2pt", "broadcast"] * 2
     assert all(t.rows for t in tables)
-    assert all(row.extra == ["0"] for t in tables for row in t.rows), result.stdout
-    meta = json.loads(output.read_text().splitlines()[0])
-    assert meta["world_size"] == 4
-    assert meta["hostnames"] == [f"{name}1", f"{name}1", f"{name}2", f"{name}2"]
-    # The first host of Slurm's node list (`NAME[1-2]`), not loopback; the default port, which
-    # nothing else holds in host 1.
-    assert meta["master_addr"] == f"{name}1"
-    assert meta["master_port"] == "29500"
+    assert all(row.extra == ["0"] for t in tables for row in t.rows), proc.stdout
+    for dist, output in outputs.items():
+        meta = json.loads(output.read_text().splitlines()[0])
+        assert meta["dist"] == dist and meta["world_size"] == 4
+        assert meta["hostnames"] == [f"{name}1", f"{name}1", f"{name}2", f"{name}2"]
+        # The first host of Slurm's node list (`NAME[1-2]`), not loopback; the default port,
+        # which nothing else holds in host 1.
+        assert meta["master_addr"] == f"{name}1"
+        assert meta["master_port"] == "29500"
 
 
 def test_node_list_is_compressed_and_read_back_then_down_stops_every_daemon(cluster):
