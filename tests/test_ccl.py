@@ -23,7 +23,7 @@ from formulas import OPS
 
 # The tests that start oneCCL's ranks run alone (make test's second part): they poll for each other,
 # so with other tests beside them on 2 cores a run crawls; and /dev/shm is checked as a whole.
-# Those whose ranks run gloo, or that end before any rank starts, run beside the others.
+# Those whose ranks run gloo, or that end before oneCCL starts, run beside the others.
 serial = pytest.mark.serial
 
 SUITE_DEFAULTS = "CCL_WORKER_OFFLOAD=0 CCL_ATL_SHM=1 (the suite's defaults)"
@@ -216,11 +216,17 @@ def test_a_killed_rank_leaves_none_hanging(ccl, tmp_path):
 
 
 # The two tests below wait out --timeout once rank 2 is stopped. It also bounds what comes before
-# the stop, so it must outlast that with room on a busy 2-core machine: the rendezvous of 3 fresh
-# interpreters and oneCCL's start at the first collective (process group up in 0.00-0.03 s, first
-# collective done at 1.47-1.91 s at load average 4-6 on 2 cores), and replay's and DDP's slowest
-# call (milliseconds). 4 s, not 8: 4 s less waited in each.
+# the stop, so it must outlast that with room on a busy 2-core machine: the rendezvous of 3 ranks
+# and oneCCL's start at the first collective (process group up in 0.00-0.03 s, first collective
+# done at 1.47-1.91 s at load average 4-6 on 2 cores), and replay's and DDP's slowest call
+# (milliseconds). 4 s, not 8: 4 s less waited in each. Their ranks are started by hand, forked
+# from the fork server (torchrun's 4 fresh interpreters are 3-4 s of a 2-core machine; the
+# launchers' own oneCCL runs are test_six_ops_on_oneccl's), and each must end of itself. Rank 2
+# is stopped SETTLE s after it has posted its first pass or step where rank 0 reads positions
+# (the store), not a fixed 3 s after a line that comes before the set-up: a stop that landed in
+# the set-up (no deadline there: oneCCL's ranks waited 34 s, then were stopped again) cannot.
 STALL_TIMEOUT = 4
+SETTLE = 0.5
 
 
 @serial
@@ -230,7 +236,8 @@ def test_a_sigstopped_rank_mid_replay_is_named_by_replays_own_deadline(ccl, tmp_
     that has not moved for --timeout) ends them as gloo's timeout does: rank 0 names rank 2
     alone, with the pass and call, and keeps a failure record; every rank ends."""
     from test_trials import stop_rank_2_mid_replay
-    stop_rank_2_mid_replay(tmp_path, "ccl", timeout=STALL_TIMEOUT)
+    stop_rank_2_mid_replay(tmp_path, "ccl", launcher="ranks", settle=SETTLE, timeout=STALL_TIMEOUT,
+                           posted=True)
 
 
 @serial
@@ -238,7 +245,8 @@ def test_a_sigstopped_rank_mid_training_is_named_by_parallel_bench_own_deadline(
     """The same for parallel_bench.py's steps (DDP at 3 ranks on oneCCL): rank 0 names rank 2
     with the strategy and step, a failure record; every rank ends."""
     from test_trials import stop_rank_2_mid_training
-    stop_rank_2_mid_training(tmp_path, "ccl", timeout=STALL_TIMEOUT)
+    stop_rank_2_mid_training(tmp_path, "ccl", launcher="ranks", settle=SETTLE,
+                             timeout=STALL_TIMEOUT, posted=True)
 
 
 # ------------------------------------------------------------------ detection and settings
@@ -302,7 +310,6 @@ def test_no_average_on_oneccl(ccl):
 
 # ------------------------------------------------------------------ DeepSpeed's oneCCL op
 
-@serial
 def test_deepspeed_told_where_oneccl_is_not(ccl, tmp_path):
     """CCL_ROOT pointing where oneCCL is not: DeepSpeed's build of its oneCCL op fails, and the
     run says so in one line naming CCL_ROOT (the build in a folder of its own, not the venv's)."""

@@ -20,10 +20,12 @@ import pytest
 
 from support import ROOT, base_env, require_root
 
-# doctor.py's example on simulated hosts runs alone (make test's second part): its verdict judges
-# latency. The other examples on simulated hosts (gloo, names and a subnet of their own) run beside
-# other tests, as tests/test_many_hosts*.py's hosts and Slurm clusters do; their stated times, as
-# the plain local runs', are several times what they take here.
+# The examples on simulated hosts (gloo, names and a subnet of their own) run beside other
+# tests, as tests/test_many_hosts*.py's hosts and Slurm clusters do; their stated times, as the
+# plain local runs', are several times what they take here. doctor.py's among them: its verdict
+# judges latency, but the example goes on whatever it says (`|| echo`): what it must do (exit 0
+# within 120 s, nothing in the home) a neighbour's load only slows (28 s alone in a quiet CI run).
+# tests/test_doctor.py's checks, which assert the verdicts, run alone.
 
 PAGES = ["cluster.md", "verdicts.md", "overlap.md", "sweeps.md", "doctor.md", "traffic.md",
          "replay.md"]
@@ -61,7 +63,7 @@ def alone(commands):
     # oneCCL's OFI transport lists the network interfaces as it starts, and failed there twice in
     # CI ("atl_ofi_open_nw_provs failed", then -6) while another test's simulated hosts brought
     # their bridges and veths up or down: its examples run alone too.
-    return ("sim-hosts.sh" in commands and "doctor.py" in commands) or "--backend ccl" in commands
+    return "--backend ccl" in commands
 
 
 def clear(commands):

@@ -16,14 +16,16 @@ from support import (BIN, ROOT, SIM_HOSTS, base_env, finish, free_port, launch, 
                      spawn)
 
 # Run alone (make test's second part): the verdict judges latency and bandwidth: other tests' load
-# would be its noise.
-serial = pytest.mark.serial  # but for bad usage, refused before any rank measures
+# would be its noise. Beside the others: bad usage, refused before any rank measures, and one
+# host's check, which holds its figures against nothing that load could move (no other host, an
+# earlier check at 1 B/s).
+serial = pytest.mark.serial
 
 # Small enough that a slowed link (200 Mbit: 0.17 s a message) keeps a check short.
 QUICK = ["--large-bytes=4M", "--trials=10", "--repeat=3"]
 
 
-def across(name, subnet, count, nproc, *args, dist="torch", timeout=300):
+def across(name, subnet, count, nproc, *args, timeout=300):
     """doctor.py under `torchrun --nnodes count` on each host at once (rank 0 on host 1):
     (host 1's stdout, every host's stderr, exit statuses)."""
     port = free_port()
@@ -32,14 +34,14 @@ def across(name, subnet, count, nproc, *args, dist="torch", timeout=300):
         [str(SIM_HOSTS), "run", name, str(node + 1), "env", f"PATH={env['PATH']}",
          str(BIN / "torchrun"), f"--nnodes={count}", f"--node-rank={node}",
          f"--nproc-per-node={nproc}", f"--master-addr={subnet}.1", f"--master-port={port}",
-         "doctor.py", "--backend=gloo", f"--dist={dist}", *args],
+         "doctor.py", "--backend=gloo", "--dist=torch", *args],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         stdin=subprocess.DEVNULL) for node in range(count)]
     outputs = [proc.communicate(timeout=timeout) for proc in procs]
     return outputs[0][0], [err for _, err in outputs], [proc.returncode for proc in procs]
 
 
-def by_hand(name, subnet, count, *args, per_host=1):
+def by_hand(name, subnet, count, *args, per_host=1, dist="torch"):
     """`per_host` ranks a host (ranks 0 to per_host - 1 on host 1, ...), each started by hand
     (RANK, LOCAL_RANK, WORLD_SIZE, ... as a launch script sets them) and forked from the tests'
     fork server into its host's namespaces (tests/on_sim_host.py: what sim-hosts.sh run does,
@@ -48,17 +50,17 @@ def by_hand(name, subnet, count, *args, per_host=1):
     docs/doctor.md's example)."""
     port = free_port()
     return [spawn([sys.executable, str(ROOT / "tests" / "on_sim_host.py"), name,
-                   str(rank // per_host + 1), "doctor.py", "--backend=gloo", "--dist=torch",
+                   str(rank // per_host + 1), "doctor.py", "--backend=gloo", f"--dist={dist}",
                    *args],
                   rank_env(rank, count * per_host, port, LOCAL_RANK=str(rank % per_host),
                            LOCAL_WORLD_SIZE=str(per_host), MASTER_ADDR=f"{subnet}.1"))
             for rank in range(count * per_host)]
 
 
-def forked(name, subnet, count, *args, timeout=300):
-    """doctor.py on `count` hosts, one rank each, by hand (by_hand): as `across` gives it, (rank
-    0's stdout, every rank's stderr, exit statuses)."""
-    procs = by_hand(name, subnet, count, *args)
+def forked(name, subnet, count, *args, timeout=300, per_host=1, dist="torch"):
+    """doctor.py on `count` hosts, `per_host` ranks each, by hand (by_hand): as `across` gives
+    it, (rank 0's stdout, every rank's stderr, exit statuses)."""
+    procs = by_hand(name, subnet, count, *args, per_host=per_host, dist=dist)
     outputs = finish(procs, "doctor.py", timeout)  # every rank's pipes read at once
     return outputs[0][0], [err for _, err in outputs], [proc.returncode for proc in procs]
 
@@ -91,14 +93,15 @@ def findings(stderr):
 @serial
 def test_three_hosts_of_two_ranks_healthy(hosts, tmp_path):
     """3 hosts (odd: one sits out each round) x 2 ranks, under --dist deepspeed (torch: every
-    other test here): exit 0 on every host, nothing named, the within-host phase, every pair
+    other test here): exit 0 on every rank, nothing named, the within-host phase, every pair
     once, the verdict record empty. The one healthy end-to-end run of --plan full (4 hosts'
-    full matrix: the slow host's test; a healthy screen: the model's tests)."""
+    full matrix: the slow host's test; a healthy screen: the model's tests). Its ranks forked
+    by hand (torchrun across hosts: the slow host's test)."""
     name, subnet = hosts(3)
     output = tmp_path / "three.json"
-    stdout, stderrs, statuses = across(name, subnet, 3, 2, *QUICK, f"--output={output}",
-                                       dist="deepspeed")
-    assert statuses == [0, 0, 0], stdout + stderrs[0]
+    stdout, stderrs, statuses = forked(name, subnet, 3, *QUICK, f"--output={output}",
+                                       per_host=2, dist="deepspeed")
+    assert statuses == [0] * 6, stdout + stderrs[0]
     assert "Verdict: healthy (3 hosts, 3 links;" in stdout, stdout + stderrs[0]
     assert not findings(stderrs[0])
     meta, records, final = verdict_of(output)
@@ -392,7 +395,6 @@ def test_hosts_lost_at_once_killed_or_silent_are_named_and_no_live_host_for_them
                         for r in four), four
 
 
-@serial
 def test_one_host_checks_its_ranks_and_says_no_links(tmp_path):
     output, db = tmp_path / "one.jsonl", str(tmp_path / "results.db")
     earlier_checks(db, socket.gethostname(), 3)
@@ -444,7 +446,6 @@ def test_bad_usage_is_one_line(args, message):
     assert line.startswith(f"commbench: error: {message}"), line
 
 
-@serial
 def test_uneven_ranks_per_host_is_one_line(hosts):
     """2 ranks on host 1, 1 on host 2: refused before anything is measured, on every rank."""
     name, subnet = hosts(2)

@@ -360,11 +360,28 @@ def test_a_sigkilled_rank_is_named_unreachable(tmp_path):
     assert len(failures) == 1 and "rank 2 on host" in failures[0]["message"], written[-2:]
 
 
+def _posted_phase(port, rank):
+    """A function that reads `rank`'s phase where the suite's ranks post it for rank 0 to name
+    who did not come (commbench.ranks.whereabouts, in the store on MASTER_PORT `port` of ranks
+    started by hand: rank 0's), or None before its first post."""
+    from datetime import timedelta
+    import torch.distributed as c10d
+    store = c10d.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=30))
+    end = f"{whereabouts.PREFIX}/seen/{rank}"  # under the default group's prefixes, torch's own
+
+    def phase():
+        key = next((key for key in store.list_keys() if key.endswith(end)), None)
+        return None if key is None else json.loads(store.get(key))["phase"]
+    return phase
+
+
 def _stop_rank_2_and_read_rank_0(tmp_path, script, args, ready, backend="gloo",
-                                 launcher="torchrun", settle=3.0, records=0, timeout=8):
+                                 launcher="torchrun", settle=3.0, records=0, timeout=8,
+                                 posted=None):
     """`script` under `launcher` at 3 ranks (`ranks`: each started by hand, forked from the
     fork server: every rank's own exit status) with --timeout `timeout`; rank 2 SIGSTOPped
-    `settle` s after a stderr line with `ready` in it, and once --output holds `records`
+    `settle` s after a stderr line with `ready` in it (with `posted`, ranks by hand: after rank 2
+    has posted a phase that starts with one of those), and once --output holds `records`
     measured sizes; every rank's end waited for. (exit status, stderr, rank 0's error line,
     the --output's records)."""
     from test_hardening import wait_for_records
@@ -394,6 +411,12 @@ def _stop_rank_2_and_read_rank_0(tmp_path, script, args, ready, backend="gloo",
             assert all(p.poll() is None for p in procs) and time.monotonic() - started < 90, \
                 "".join(line for kept in lines for line in kept)
             time.sleep(0.05)
+        if posted:  # its position in the passes or steps, as rank 0 would name it
+            phase = _posted_phase(port, 2)
+            while not (phase() or "").startswith(posted):
+                assert all(p.poll() is None for p in procs) and time.monotonic() - started < 90, \
+                    "".join(line for kept in lines for line in kept)
+                time.sleep(0.05)
         time.sleep(settle)  # into the passes or steps (a loaded machine is slow to get there)
         if records:
             wait_for_records(out, records, proc=procs[0])
@@ -446,12 +469,15 @@ def test_sigstopped_rank_mid_replay_is_named_with_its_pass_and_call(tmp_path):
     stop_rank_2_mid_replay(tmp_path, "gloo", launcher="ranks", settle=2.0)
 
 
-def stop_rank_2_mid_replay(tmp_path, backend, launcher="torchrun", settle=3.0, timeout=8):
+def stop_rank_2_mid_replay(tmp_path, backend, launcher="torchrun", settle=3.0, timeout=8,
+                           posted=False):
+    """`posted`: rank 2 stopped `settle` s after it posted its first pass (ranks by hand)."""
     from test_replay import param_trace
     trace = param_trace(tmp_path / "param")
     status, stderr, line, written = _stop_rank_2_and_read_rank_0(
         tmp_path, "replay.py", [str(trace), "--warmup=0", "--repeat=1000000"],
-        "groups besides the world", backend, launcher, settle, timeout=timeout)
+        "groups besides the world", backend, launcher, settle, timeout=timeout,
+        posted=("pass ",) if posted else None)
     assert status != 0
     host = socket.gethostname()
     assert f"rank 2 on host {host} did not reach replay pass " in line, stderr
@@ -471,12 +497,15 @@ def test_sigstopped_rank_mid_training_is_named_with_its_strategy_step_and_call(t
     stop_rank_2_mid_training(tmp_path, "gloo", launcher="ranks", settle=1.5)
 
 
-def stop_rank_2_mid_training(tmp_path, backend, launcher="torchrun", settle=3.0, timeout=8):
+def stop_rank_2_mid_training(tmp_path, backend, launcher="torchrun", settle=3.0, timeout=8,
+                             posted=False):
+    """`posted`: rank 2 stopped `settle` s after it posted its first step (ranks by hand)."""
     status, stderr, line, written = _stop_rank_2_and_read_rank_0(
         tmp_path, "parallel_bench.py",
         ["--strategy=ddp", "--steps=100000", "--warmup=1", "--hidden=24", "--layers=1",
          "--heads=3", "--vocab=64", "--seq=8", "--micro-batch=1", "--micro-batches=1"],
-        "strategies ddp:", backend, launcher, settle, timeout=timeout)
+        "strategies ddp:", backend, launcher, settle, timeout=timeout,
+        posted=("warmup step ", "step ") if posted else None)
     assert status != 0
     host = socket.gethostname()
     assert f"rank 2 on host {host} did not reach ddp " in line, stderr
