@@ -36,22 +36,25 @@ def test_time_budget_trials_agree_fall_and_stay_in_bounds(run, tmp_path):
     path = tmp_path / "budget.jsonl"
     budget, cap = 0.05, 20
     result = run("all_gather.py", "--scan", "--maxsize=24", f"--time-budget={budget}",
-                 f"--trials={cap}", "--dist=torch", f"--output={path}", nproc=2)
+                 f"--trials={cap}", "--dist=torch", "--stats", f"--output={path}", nproc=2)
     assert result.returncode == 0, result
     table = result.table("all_gather")
-    assert table.columns[-1] == "Trials"
+    extra = table.columns[len(table.columns) - len(table.rows[0].extra):]
+    assert "Trials" in extra, table.columns
     meta, records = results.read(str(path))
     assert meta["time_budget"] == budget
     counts = [record["trials"] for record in records]
-    assert [int(row.extra[0]) for row in table.rows] == counts
+    assert [int(row.extra[extra.index("Trials")]) for row in table.rows] == counts
     for record in records:
         assert record["trials_per_rank"] == [record["trials"]] * 2  # every rank ran the same
         assert 5 <= record["trials"] <= cap
-    # The count follows rank 0's median warmup (the pace); a size's mean trial is that pace
-    # within the noise of a shared machine, so only sizes clear of the edge by 2x are judged.
-    slow = [r for r in records if r["duration_s"] * cap > 2 * budget]
-    fast = [r for r in records if r["duration_s"] * cap < budget / 2]
-    assert records[-1] in slow, [(r["size_bytes"], r["duration_s"]) for r in records[-3:]]
+    # The count follows rank 0's median warmup (the pace); a size's median trial is that pace
+    # within the noise of a shared machine (its mean is not: one trial descheduled for 100 ms
+    # of a neighbour's lifts a 32 B size's mean past the edge), so only sizes clear of the edge
+    # by 2x are judged.
+    slow = [r for r in records if r["stats"]["median_s"] * cap > 2 * budget]
+    fast = [r for r in records if r["stats"]["median_s"] * cap < budget / 2]
+    assert records[-1] in slow, [(r["size_bytes"], r["stats"]["median_s"]) for r in records[-3:]]
     assert all(r["trials"] < cap for r in slow), [(r["size_bytes"], r["trials"]) for r in slow]
     # a rank descheduled through a size's warmups (right after start-up, most often) slows
     # the pace it plans with: a majority of the fast sizes, not every one, gets the cap
