@@ -71,13 +71,16 @@ $(VENV)/.ops: $(VENV)/.installed
 	touch $@
 
 # Open MPI and a one-node Slurm cluster for the launcher tests (root only; skipped otherwise).
-# Two parts: the tests that may share the 2 cores, two at a time (pytest-xdist, a file per
-# worker), then those marked serial, alone (they measure, or hold something machine-wide). At
-# the end the 30 slowest tests and the time per file, so that drift shows (docs/testing.md).
+# Two parts: the tests that may share the 2 cores, TEST_WORKERS files at a time (pytest-xdist,
+# a file per worker; three, because many of them wait on a timeout, a stopped rank or a
+# launcher, and two left the cores idle 14% of the time), then those marked serial, alone (they
+# measure, or hold something machine-wide). At the end the 30 slowest tests and the time per
+# file, so that drift shows (docs/testing.md).
+TEST_WORKERS ?= 3
 test: venv ccl ops
 	@scripts/test-services.sh up
 	@rm -rf .test-results; status=0; \
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not serial" --junitxml=.test-results/parallel.xml $(PYTEST_ARGS) || { s=$$?; [ $$s = 5 ] || status=$$s; }; \
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --junitxml=.test-results/parallel.xml $(PYTEST_ARGS) || { s=$$?; [ $$s = 5 ] || status=$$s; }; \
 	$(BIN)/python -m pytest -m serial --junitxml=.test-results/serial.xml $(PYTEST_ARGS) || { s=$$?; [ $$s = 5 ] || status=$$s; }; \
 	scripts/test-services.sh down; $(BIN)/python scripts/test-times.py .test-results/*.xml; exit $$status
 
