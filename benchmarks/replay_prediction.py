@@ -1,15 +1,16 @@
 """How close a replay comes to the job it was recorded from, for the six parallel strategies.
 
 Runs parallel_bench.py with --trace (the default model, or --quick's small one) --jobs times
-(3: the job moves from one run to the next by more than a replay does), then replays each
+(1; more to show how far the job moves from one run to the next), then replays each
 strategy's trace of the first run on the same ranks in every mode: back to back (replay.py's
 default), --isolated (each call between barriers), --pace (the job's gaps between calls kept,
 slept through) and --pace compute (the gaps filled with calibrated compute). Prints, per
 strategy, the job's communication time per step (the slowest rank's sum of its calls' times,
-as the recorder measured them inside the job; the median of the --jobs runs) beside each
-replay's, and their ratios; the same for the time with a call in flight; the noise under them
-(each job run's figure, the steps of the first, the replay's passes); then each strategy's
-table by op kind, back to back.
+as the recorder measured them inside the job's first run, the one replayed: a replay with
+--pace keeps that run's gaps, so it predicts that run) beside each replay's, and their
+ratios; the same for the time with a call in flight; the noise under them (each job run's
+figure, the steps of the first, the replay's passes); then each strategy's table by op kind,
+back to back.
 
   .venv/bin/python benchmarks/replay_prediction.py                 # 2 ranks, gloo
   .venv/bin/python benchmarks/replay_prediction.py --nproc 3 --quick
@@ -53,9 +54,9 @@ def recorded(directory):
 
 
 def cells(figures, jobs, key, steps):
-    """The job's time per step (the median over its runs), then each mode's with its ratio to
-    the job's (ms)."""
-    job = statistics.median(run[key] for run in jobs) / steps
+    """The job's time per step (its first run's: the one replayed), then each mode's with its
+    ratio to the job's (ms)."""
+    job = jobs[0][key] / steps
     found = [f"{job * 1e3:.2f}"]
     for mode, _ in MODES:
         replay = figures[mode][f"replay_{key}s"] / steps
@@ -91,8 +92,9 @@ def main():
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--jobs", type=int, default=3,
-                        help="runs of the job, each recorded: the job's figure is their median")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="runs of the job, each recorded; the first is replayed and is the "
+                             "job's figure, the others show the job's own spread")
     parser.add_argument("--backend", default="gloo")
     parser.add_argument("--quick", action="store_true", help="the tests' small model")
     parser.add_argument("--port", type=int, default=29731)
@@ -128,7 +130,7 @@ def main():
         noise[-1] += ([run[""] / args.steps * 1e3 for run in jobs],)
         rows.append([name] + [cells(figures, jobs, key, args.steps) for key in ("", "in_flight_")])
     print(f"Communication per step, ms (replay/job in brackets), the slowest rank's, "
-          f"{args.nproc} ranks, {args.backend}; the job's the median of {len(runs)} run(s) of it:")
+          f"{args.nproc} ranks, {args.backend}; the job's run that was replayed:")
     for at, what in ((1, "the sum of call times"), (2, "the time with a call in flight")):
         print(f"\n{what}:\n")
         print("| strategy | job | back to back | --isolated | --pace | --pace compute |")
