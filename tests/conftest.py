@@ -12,7 +12,7 @@ import pytest
 from support import SIM_HOSTS, launch, require_root
 
 
-# make test's first part runs files three at a time (pytest-xdist, --dist loadfile: a file is
+# make test's first part runs files two at a time (pytest-xdist, --dist loadfile: a file is
 # one unit of work, handed to whichever worker is free, in collection order). The longest
 # first, so that no worker starts a long file when the others are nearly done: measured
 # in a CI run (scripts/test-times.py), each of these takes 20-175 s; the rest, a few seconds
