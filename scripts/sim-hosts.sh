@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Simulated hosts on one machine, for trying multi-node launches (and for the tests that do):
 # network namespaces on a bridge of their own, each with its own address, host name and
-# /etc/hosts naming every host. Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN).
+# /etc/hosts naming every host. The bridges, switches and the hosts' ends of their links live in
+# one more namespace, NAMEnet (the fabric), so that nothing appears or vanishes among this
+# machine's own interfaces (libfabric, under oneCCL, lists them as it starts). Needs root
+# (CAP_NET_ADMIN, CAP_SYS_ADMIN).
 #
 #   scripts/sim-hosts.sh up NAME N [SUBNET] [PER_SWITCH]
 #                                             hosts NAME1 .. NAMEN at SUBNET.1 .. SUBNET.N
@@ -41,7 +44,7 @@ up() {
     [ "$per" -gt 0 ] && switches=$(( (count + per - 1) / per ))
     if [ -e "$dir" ]; then
         # a run killed before its `down` leaves the directory; it is up only if its hosts are
-        if [ -e "/run/netns/${name}1" ] || ip link show "${name}br" > /dev/null 2>&1; then
+        if [ -e "/run/netns/${name}1" ] || [ -e "/run/netns/${name}net" ]; then
             echo "sim-hosts: $name is already up ($dir; scripts/sim-hosts.sh down $name)" >&2
             exit 1
         fi
@@ -60,21 +63,23 @@ up() {
     echo "$count $subnet $per" > "$dir/layout"
     trap 'echo "sim-hosts: setting up $name failed; removing it" >&2; down "$name"; exit 1' ERR
     set -e
-    ip link add "${name}br" type bridge
-    ip link set "${name}br" up
+    local fabric=(ip -n "${name}net")
+    ip netns add "${name}net"
+    "${fabric[@]}" link add "${name}br" type bridge
+    "${fabric[@]}" link set "${name}br" up
     for k in $(seq 1 "$switches"); do  # a switch: its bridge, its uplink to the spine (br)
-        ip link add "${name}s$k" type bridge
-        ip link set "${name}s$k" up
-        ip link add "${name}u$k" type veth peer name "${name}c$k"
-        ip link set "${name}u$k" master "${name}s$k" up
-        ip link set "${name}c$k" master "${name}br" up
+        "${fabric[@]}" link add "${name}s$k" type bridge
+        "${fabric[@]}" link set "${name}s$k" up
+        "${fabric[@]}" link add "${name}u$k" type veth peer name "${name}c$k"
+        "${fabric[@]}" link set "${name}u$k" master "${name}s$k" up
+        "${fabric[@]}" link set "${name}c$k" master "${name}br" up
     done
     for i in $(seq 1 "$count"); do
         local bridge="${name}br"
         [ "$per" -gt 0 ] && bridge="${name}s$(( (i - 1) / per + 1 ))"
         ip netns add "$name$i"
-        ip link add "${name}v$i" type veth peer name eth0 netns "$name$i"
-        ip link set "${name}v$i" master "$bridge" up
+        "${fabric[@]}" link add "${name}v$i" type veth peer name eth0 netns "$name$i"
+        "${fabric[@]}" link set "${name}v$i" master "$bridge" up
         ip -n "$name$i" addr add "$subnet.$i/24" dev eth0
         ip -n "$name$i" link set eth0 up
         ip -n "$name$i" link set lo up
@@ -100,16 +105,12 @@ down() {
     check_name "$name"
     for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$name[0-9]+$"); do
         for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
-        # the host's end of the pair first: removing a namespace removes its links later, in the
-        # kernel's own time, and a killed process can still hold the namespace for a moment
-        ip link del "${name}v${ns#"$name"}" 2>/dev/null
+        # the fabric's end of the pair first: removing a namespace removes its links later, in
+        # the kernel's own time, and a killed process can still hold the namespace for a moment
+        ip -n "${name}net" link del "${name}v${ns#"$name"}" 2>/dev/null
         ip netns del "$ns" 2>/dev/null
     done
-    for ns in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' |
-                grep -E "^$name(s|u)[0-9]+$"); do
-        ip link del "$ns" 2>/dev/null  # a switch's bridge; its uplink (both ends)
-    done
-    ip link del "${name}br" 2>/dev/null
+    ip netns del "${name}net" 2>/dev/null  # the bridges, switches and uplinks with it
     rm -rf "${STATE_ROOT:?}/$name"
     return 0
 }
@@ -121,7 +122,7 @@ slow() {
     [ -e "/run/netns/$name$index" ] || { echo "sim-hosts: no host $name$index" >&2; exit 1; }
     set -e
     for device in "${name}v$index" eth0; do
-        local where=()
+        local where=(ip netns exec "${name}net")
         [ "$device" = eth0 ] && where=(ip netns exec "$name$index")
         "${where[@]}" tc qdisc add dev "$device" root handle 1: htb default 10 2>/dev/null
         "${where[@]}" tc class add dev "$device" parent 1: classid 1:10 htb rate "$rate" 2>/dev/null
@@ -148,11 +149,12 @@ slow_link() {
 
 slow_uplink() {
     local name=$1 switch=$2 rate=$3 device
-    ip link show "${name}u$switch" > /dev/null 2>&1 || { echo "sim-hosts: no switch $switch in $name" >&2; exit 1; }
+    local tc=(ip netns exec "${name}net" tc)
+    ip -n "${name}net" link show "${name}u$switch" > /dev/null 2>&1 || { echo "sim-hosts: no switch $switch in $name" >&2; exit 1; }
     set -e
     for device in "${name}u$switch" "${name}c$switch"; do  # into the switch; out of it
-        tc qdisc add dev "$device" root handle 1: htb default 10
-        tc class add dev "$device" parent 1: classid 1:10 htb rate "$rate"
+        "${tc[@]}" qdisc add dev "$device" root handle 1: htb default 10
+        "${tc[@]}" class add dev "$device" parent 1: classid 1:10 htb rate "$rate"
     done
     echo "sim-hosts: switch $switch's uplink in $name at $rate both ways"
 }

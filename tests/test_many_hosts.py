@@ -108,6 +108,7 @@ def test_hosts_go_down_with_what_runs_in_them(hosts):
         subprocess.run([str(SCRIPT), "down", name], check=True, timeout=60)
         assert sleeper.wait(timeout=10) != 0  # killed with its host
         assert not os.path.exists(f"/run/netns/{name}2")
+        assert not os.path.exists(f"/run/netns/{name}net")  # the fabric: bridge, hosts' links
         links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
         assert f"{name}br" not in links and f"{name}v1" not in links
     finally:
