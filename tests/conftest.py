@@ -2,14 +2,12 @@
 support.py."""
 
 import os
-import random
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
 
-from support import SIM_HOSTS, launch, require_root
+from support import SIM_HOSTS, launch, require_root, sim_host_names
 
 
 # make test's first part runs files two at a time (pytest-xdist, --dist loadfile: a file is
@@ -64,8 +62,7 @@ def hosts():
 
     def up(count, per_switch=0):
         """`per_switch`: the hosts behind switches of that many, joined by uplinks."""
-        name = "cb" + uuid.uuid4().hex[:6]
-        subnet = f"10.{random.randint(64, 127)}.{random.randint(0, 255)}"
+        name, subnet = sim_host_names()
         made.append(name)
         layout = [str(per_switch)] if per_switch else []
         result = subprocess.run([str(SIM_HOSTS), "up", name, str(count), subnet, *layout],

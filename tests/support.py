@@ -523,6 +523,12 @@ def memory_cgroup(limit):
 SIM_HOSTS = ROOT / "scripts" / "sim-hosts.sh"
 
 
+def sim_host_names():
+    """A name and a subnet for simulated hosts (scripts/sim-hosts.sh up NAME N SUBNET), unique
+    per use, so that tests running side by side bring up hosts of their own: (name, subnet)."""
+    return "cb" + uuid.uuid4().hex[:6], f"10.{random.randint(64, 127)}.{random.randint(0, 255)}"
+
+
 def require_root(why):
     """Skip a test that needs root, unless CI says every part must run (then fail)."""
     if os.geteuid() != 0:

@@ -11,14 +11,12 @@ from another path, which makes torch rebuild its ops). A block whose launch a de
 would make again is run by that test instead, as written (run_example), and read there
 (ELSEWHERE); here it is not run again."""
 
-import random
 import re
 import subprocess
-import uuid
 
 import pytest
 
-from support import ROOT, base_env, require_root
+from support import ROOT, base_env, require_root, sim_host_names
 
 # The examples on simulated hosts (gloo, names and a subnet of their own) run beside other
 # tests, as tests/test_many_hosts*.py's hosts and Slurm clusters do; their stated times, as the
@@ -104,8 +102,7 @@ def given_to(test):
 def own_hosts():
     """Renames for a block's simulated hosts (`demo` at 10.77.0), unique per use as the hosts
     fixture's (conftest.py): ({"demo": name, "10.77.0": subnet}, name, subnet)."""
-    name = "cb" + uuid.uuid4().hex[:6]
-    subnet = f"10.{random.randint(64, 127)}.{random.randint(0, 255)}"
+    name, subnet = sim_host_names()
     return {"demo": name, "10.77.0": subnet}, name, subnet
 
 

@@ -367,7 +367,7 @@ def _posted_phase(port, rank):
     from datetime import timedelta
     import torch.distributed as c10d
     store = c10d.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=30))
-    end = f"{whereabouts.PREFIX}/seen/{rank}"  # under the default group's prefixes, torch's own
+    end = whereabouts.seen_key_in_store(rank)
 
     def phase():
         key = next((key for key in store.list_keys() if key.endswith(end)), None)

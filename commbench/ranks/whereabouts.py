@@ -42,6 +42,17 @@ POLL_S = 0.05
 PROBE_S = 1.0  # rank 0 waits this long for a silent rank's host to answer its pulse
 
 
+def seen_key(rank):
+    """The key, under PREFIX, where `rank` posts its position (JSON: op, size, phase, time)."""
+    return f"seen/{rank}"
+
+
+def seen_key_in_store(rank):
+    """seen_key as the default store holds it: PrefixStore joins PREFIX and the key with "/"
+    (the store's full key has torch's own group prefixes before this)."""
+    return f"{PREFIX}/{seen_key(rank)}"
+
+
 def of(comm):
     """The run's Whereabouts (comm.run's), or None: none started, or a Comm of no run."""
     return getattr(getattr(comm, "run", None), "whereabouts", None)
@@ -269,7 +280,7 @@ class Whereabouts:
         """This rank's new phase (marks: the timed loop's, read only when a deadline fires)."""
         self.phase, self.marks = phase, marks
         try:
-            self.store.set(f"seen/{self.rank}", json.dumps(self.position()))
+            self.store.set(seen_key(self.rank), json.dumps(self.position()))
         except RuntimeError:
             pass  # the store gone: the collective that follows says so
 
@@ -317,7 +328,7 @@ class Whereabouts:
         if awaited:
             _wait(self.alarm, awaited, GRACE_S - (time.monotonic() - began))
         posts = {r: _read(self.alarm, keys[r]) for r in keys}
-        seen = {r: _read(self.alarm, f"seen/{r}") for r in keys if posts[r] is None}
+        seen = {r: _read(self.alarm, seen_key(r)) for r in keys if posts[r] is None}
         return posts, seen, {r: states.get(r) for r in seen}
 
     def release(self):
