@@ -1,11 +1,11 @@
 """doctor.py's logic in-process: the round-robin schedule of host pairs and the verdicts
-(commbench/doctor/verdict.py) on figures made up by hand, no ranks, no hosts."""
+(commbench/doctor/verdict.py, retest.py) on figures made up by hand, no ranks, no hosts."""
 
 import itertools
 
 import pytest
 
-from commbench.doctor import fleet, render, schedule, verdict
+from commbench.doctor import fleet, render, retest, schedule, verdict
 from commbench.doctor.verdict import Figures, Host, Link
 
 pytestmark = pytest.mark.fast
@@ -135,8 +135,8 @@ def test_healthy_hosts_give_no_suspect_and_no_finding():
     f = figures(4)
     judgement = verdict.first_pass(f)
     assert judgement.suspects == []
-    assert verdict.retest_pairs(f, judgement) == []
-    assert verdict.confirm(f, judgement).findings == []
+    assert retest.retest_pairs(f, judgement) == []
+    assert retest.confirm(f, judgement).findings == []
 
 
 def test_a_host_whose_links_are_all_slow_is_the_suspect_not_its_partners():
@@ -148,16 +148,16 @@ def test_a_host_whose_links_are_all_slow_is_the_suspect_not_its_partners():
                                           "the other hosts' median 80 Gbps")
     assert not judgement.suspects[0].intra
     # retested against the first two hosts judged good
-    assert verdict.good_hosts(f, judgement) == [0, 1, 3]
-    assert verdict.retest_pairs(f, judgement) == [(0, 2), (1, 2)]
+    assert retest.good_hosts(f, judgement) == [0, 1, 3]
+    assert retest.retest_pairs(f, judgement) == [(0, 2), (1, 2)]
 
 
 def test_a_slow_host_confirmed_by_its_retest_is_named():
     f = figures(4, slow=links_of_host(2, 4, 24.0))
     judgement = verdict.first_pass(f)
-    for pair in verdict.retest_pairs(f, judgement):
+    for pair in retest.retest_pairs(f, judgement):
         f.retests[pair] = Link(20e-6, 24 * GBPS, 24 * GBPS)
-    found = verdict.confirm(f, judgement)
+    found = retest.confirm(f, judgement)
     assert [(x.kind, x.hosts, x.retested) for x in found.findings] == [("host", (2,), True)]
     assert found.findings[0].text.endswith("; retested against n0, n1: 24 Gbps, 20.0 us")
     assert found.cleared == []
@@ -166,9 +166,9 @@ def test_a_slow_host_confirmed_by_its_retest_is_named():
 def test_a_slow_host_that_retests_fine_is_cleared_as_noise():
     f = figures(4, slow=links_of_host(2, 4, 24.0))
     judgement = verdict.first_pass(f)
-    for pair in verdict.retest_pairs(f, judgement):
+    for pair in retest.retest_pairs(f, judgement):
         f.retests[pair] = Link(20e-6, 80 * GBPS, 80 * GBPS)
-    found = verdict.confirm(f, judgement)
+    found = retest.confirm(f, judgement)
     assert found.findings == []
     assert len(found.cleared) == 1 and found.cleared[0].startswith("host n2 was slow in the first")
     assert found.cleared[0].endswith("but not against n0, n1: noise")
@@ -181,15 +181,15 @@ def test_a_single_slow_link_is_named_and_neither_of_its_hosts():
     assert [(s.kind, s.hosts) for s in judgement.suspects] == [("link", (1, 3))]
     assert judgement.suspects[0].text == ("16 Gbps, 0.20x the median of n1's other links "
                                           "(80 Gbps) and 0.20x n3's (80 Gbps)")
-    assert verdict.retest_pairs(f, judgement) == [(1, 3)]
+    assert retest.retest_pairs(f, judgement) == [(1, 3)]
     f.retests[(1, 3)] = Link(20e-6, 16 * GBPS, 16 * GBPS)
-    found = verdict.confirm(f, judgement)
+    found = retest.confirm(f, judgement)
     assert [(x.kind, x.hosts, x.retested) for x in found.findings] == [("link", (1, 3), True)]
 
 
 def test_a_slow_link_not_retested_is_named_and_says_so():
     f = figures(4, slow={(0, 1): 16.0})
-    found = verdict.confirm(f, verdict.first_pass(f))
+    found = retest.confirm(f, verdict.first_pass(f))
     assert [(x.kind, x.hosts) for x in found.findings] == [("link", (0, 1))]
     assert found.findings[0].text.endswith(" (not retested)") and not found.findings[0].retested
 
@@ -223,10 +223,10 @@ def test_a_host_slow_among_its_own_ranks_is_an_intra_suspect_retested_within_hos
     assert [(s.kind, s.hosts, s.intra) for s in judgement.suspects] == [("host", (1,), True)]
     assert judgement.suspects[0].text.startswith("its ranks' all_reduce bus bandwidth 40 Gbps is "
                                                  "0.25x the other hosts' median 160 Gbps")
-    assert verdict.retest_pairs(f, judgement) == []  # the within-host phase runs again instead
+    assert retest.retest_pairs(f, judgement) == []  # the within-host phase runs again instead
     f.hosts_retest = {h: Host(160 * GBPS, 10e-6) for h in range(4)}
     f.hosts_retest[1] = Host(40 * GBPS, 10e-6)
-    found = verdict.confirm(f, judgement)
+    found = retest.confirm(f, judgement)
     assert [(x.hosts, x.retested, x.intra) for x in found.findings] == [((1,), True, True)]
 
 
@@ -242,7 +242,7 @@ def test_a_host_slow_among_its_ranks_in_bandwidth_is_not_named_for_a_latency_bli
         [((1,), True, "bandwidth")]
     f.hosts_retest = {h: Host(160 * GBPS, 230e-6) for h in range(3)}
     f.hosts_retest[1] = Host(170 * GBPS, 532e-6)
-    found = verdict.confirm(f, judgement)
+    found = retest.confirm(f, judgement)
     assert found.findings == [] and found.cleared[0].endswith("but not when retested: noise")
 
 
@@ -260,7 +260,7 @@ def test_unreachable_hosts_are_named_after_the_others_and_left_out_of_the_yardst
     f = figures(4, slow=links_of_host(3, 4, 1.0))
     f.unreachable = {3}
     f.unreachable_why = {}
-    found = verdict.confirm(f, verdict.first_pass(f))
+    found = retest.confirm(f, verdict.first_pass(f))
     assert [(x.kind, x.hosts, x.text) for x in found.findings] == \
         [("unreachable", (3,), "did not answer within --timeout")]
 
@@ -271,9 +271,9 @@ def named_lines(f):
     """The finding lines of a check on `f` whose suspects its retest confirms (the retests are
     the first pass's figures again)."""
     judgement = verdict.first_pass(f)
-    f.retests = {pair: f.links[pair] for pair in verdict.retest_pairs(f, judgement)}
+    f.retests = {pair: f.links[pair] for pair in retest.retest_pairs(f, judgement)}
     f.hosts_retest = dict(f.hosts)
-    return judgement, verdict.confirm(f, judgement)
+    return judgement, retest.confirm(f, judgement)
 
 
 def test_each_kind_of_finding_opens_its_line_in_its_own_words():
@@ -298,7 +298,7 @@ def test_each_kind_of_finding_opens_its_line_in_its_own_words():
     cases["link lat"] = (f, named_lines(f)[1])
     f = figures(4)
     f.unreachable, f.unreachable_why = {3}, {3: "rank 3 did not answer within --timeout 10 s"}
-    cases["unreachable"] = (f, verdict.confirm(f, verdict.first_pass(f)))
+    cases["unreachable"] = (f, retest.confirm(f, verdict.first_pass(f)))
     lines = {case: render.findings(f, found) for case, (f, found) in cases.items()}
     heads = {case: [line.split(": ", 1)[0] for line in found] for case, found in lines.items()}
     assert heads == {
@@ -374,7 +374,7 @@ def test_a_slow_link_says_to_leave_out_one_of_its_two_hosts_the_common_one_first
 
 def test_a_healthy_verdict_says_there_is_nothing_to_do():
     f = figures(4)
-    found = verdict.confirm(f, verdict.first_pass(f))
+    found = retest.confirm(f, verdict.first_pass(f))
     lines = render.report(f, found, 1)
     assert lines[-2].startswith("Verdict: healthy (4 hosts, 6 links;")
     assert lines[-1] == "What to do: nothing; every host and link is in line with its peers."
@@ -416,29 +416,29 @@ def test_a_suspect_host_is_never_retested_over_a_link_that_is_itself_suspect():
     f = busy_machine()
     judgement = verdict.first_pass(f)
     # n1 against n2 and n3, not n0 (whose link to n1 is the suspect link); the link itself
-    assert verdict.retest_pairs(f, judgement) == [(1, 2), (1, 3), (0, 1)]
+    assert retest.retest_pairs(f, judgement) == [(1, 2), (1, 3), (0, 1)]
 
 
 def test_each_retest_has_a_control_pair_of_good_hosts_measured_at_the_same_time():
     f = busy_machine()
     judgement = verdict.first_pass(f)
-    rounds = verdict.retest_rounds(f, judgement)
+    rounds = retest.retest_rounds(f, judgement)
     # disjoint from the pair retested, both hosts good, their link no suspect
     assert rounds == [[(1, 2), (0, 3)], [(1, 3), (0, 2)], [(0, 1), (2, 3)]]
     f3 = figures(3, slow=links_of_host(2, 3, 8.0), fraction=0.5, link_gbps=80.0)
     j3 = verdict.first_pass(f3)
-    assert verdict.retest_rounds(f3, j3) == [[pair] for pair in verdict.retest_pairs(f3, j3)]
+    assert retest.retest_rounds(f3, j3) == [[pair] for pair in retest.retest_pairs(f3, j3)]
 
 
 def retested(f, judgement, again):
     """The retest of `judgement`'s suspects as run.py runs it: each round's first pair the one
     retested, the second its control; `again` gives each pair's Gbps when measured again."""
-    for pair, *control in verdict.retest_rounds(f, judgement):
+    for pair, *control in retest.retest_rounds(f, judgement):
         f.retests[pair] = Link(20e-6, again[pair] * GBPS, again[pair] * GBPS)
         if control:
             f.control_of[pair] = control[0]
             f.controls[pair] = Link(20e-6, again[control[0]] * GBPS, again[control[0]] * GBPS)
-    return verdict.confirm(f, judgement)
+    return retest.confirm(f, judgement)
 
 
 def test_the_busy_machine_case_names_the_link_and_neither_host():
@@ -463,7 +463,7 @@ def test_a_suspect_host_is_never_judged_by_a_retest_over_a_suspect_link():
     judgement = verdict.first_pass(f)
     for pair in [(0, 1), (1, 2)]:
         f.retests[pair] = Link(20e-6, AGAIN_GBPS[pair] * GBPS, AGAIN_GBPS[pair] * GBPS)
-    found = verdict.confirm(f, judgement)
+    found = retest.confirm(f, judgement)
     assert [(x.kind, x.hosts) for x in found.findings] == [("link", (0, 1))]
 
 
@@ -545,13 +545,13 @@ def test_a_host_late_in_latency_is_named_only_when_every_retest_is(retests, name
     judgement = verdict.first_pass(f)
     assert [(x.kind, x.hosts, x.measure) for x in judgement.suspects] == \
         [("host", (3,), "latency")]
-    for pair, *control in verdict.retest_rounds(f, judgement):
+    for pair, *control in retest.retest_rounds(f, judgement):
         us, low_us = retests[pair]
         f.retests[pair] = Link(us * 1e-6, 10 * GBPS, 10 * GBPS, latency_low_s=low_us * 1e-6)
         if control:
             f.control_of[pair] = control[0]
             f.controls[pair] = Link(20e-6, 10 * GBPS, 10 * GBPS, latency_low_s=18e-6)
-    found = verdict.confirm(f, judgement)
+    found = retest.confirm(f, judgement)
     assert [x.hosts for x in found.findings] == ([(3,)] if named else []), found.cleared
     if named:
         assert "retested against n0, n1: 10 Gbps, 750.0 us" in found.findings[0].text
@@ -589,7 +589,7 @@ def test_the_unreachable_row_shows_no_figure_in_the_host_table():
     """Its own ranks' figures and its links' medians would rest on what it measured before it
     went (one link of three here): no figure in its row, only that it is unreachable."""
     f = gone_mid_check()
-    lines = render.report(f, verdict.confirm(f, verdict.first_pass(f)), 2)
+    lines = render.report(f, retest.confirm(f, verdict.first_pass(f)), 2)
     row = next(line for line in lines if line.startswith("n3 "))
     assert row.split() == ["n3", "-", "-", "-", "-", "unreachable"], row
     assert next(line for line in lines if line.startswith("n0 ")).split()[1:3] == \
@@ -598,7 +598,7 @@ def test_the_unreachable_row_shows_no_figure_in_the_host_table():
 
 def test_the_pair_matrix_marks_what_the_unreachable_host_never_measured():
     f = gone_mid_check()
-    lines = render.report(f, verdict.confirm(f, verdict.first_pass(f)), 1)
+    lines = render.report(f, retest.confirm(f, verdict.first_pass(f)), 1)
     start = lines.index("Bandwidth (Gbps), row to column, one way:")
     rows = {line.split()[0]: line.split()[1:] for line in lines[start + 2:start + 6]}
     assert rows["n3"] == ["6.000*", "unreach.", "unreach.", "-"]  # n0-n3 before it went
@@ -616,7 +616,7 @@ def test_the_verdict_record_leaves_the_unreachable_hosts_links_out_of_its_median
     f = gone_mid_check()
     f.links[(0, 3)] = Link(30e-6, 0.1 * GBPS, 0.1 * GBPS, 0.2 * GBPS)
     f.links[(0, 1)] = Link(30e-6, 2 * GBPS, 2 * GBPS, 4 * GBPS)
-    record = render.verdict_record(f, verdict.confirm(f, verdict.first_pass(f)))
+    record = render.verdict_record(f, retest.confirm(f, verdict.first_pass(f)))
     assert record["unreachable"] == ["n3"]
     assert record["median_link_Bps"] == 10 * GBPS  # 2, 10, 10 (not 0.1, 2, 10, 10: 6)
 

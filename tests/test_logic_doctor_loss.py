@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch.distributed
 
-from commbench.doctor import control, release, render, verdict
+from commbench.doctor import control, release, render, retest, verdict
 from commbench.doctor.verdict import Figures
 
 from test_logic_doctor import figures, links_of_host
@@ -107,7 +107,7 @@ def test_the_verdict_says_which_hosts_were_lost_and_when():
                          5: "rank 5 stopped answering: ... (round 4 of the pairs); its host "
                             "does not answer (no connection in 1 s)"}
     f.lost_when = {3: "round 2 of the pairs", 5: "round 4 of the pairs"}
-    found = verdict.confirm(f, verdict.first_pass(f))
+    found = retest.confirm(f, verdict.first_pass(f))
     record = render.verdict_record(f, found)
     assert record["unreachable"] == ["n3", "n5"]
     assert record["lost"] == [

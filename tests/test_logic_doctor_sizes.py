@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from commbench.doctor import fleet, model, schedule, verdict
+from commbench.doctor import fleet, model, retest, schedule, verdict
 from commbench.doctor.verdict import Figures, Host, Link
 
 pytestmark = pytest.mark.fast
@@ -33,13 +33,13 @@ def full_plan(count, slow, factor=0.2, gbps=10.0):
 def test_the_full_plan_names_the_slow_hosts_even_as_the_majority_of_pairs(count, slow):
     f = full_plan(count, slow)
     judgement = fleet.consistent_hosts(f, verdict.first_pass(f))
-    for pair, *control in verdict.retest_rounds(f, judgement):
+    for pair, *control in retest.retest_rounds(f, judgement):
         bw = (2.0 if set(pair) & set(slow) else 10.0) * GBPS
         f.retests[pair] = Link(20e-6, bw, bw)
         if control:
             f.control_of[pair] = control[0]
             f.controls[pair] = Link(20e-6, 10 * GBPS, 10 * GBPS)
-    found = verdict.confirm(f, judgement)
+    found = retest.confirm(f, judgement)
     assert sorted((x.kind, x.hosts) for x in found.findings) == \
         [("host", (h,)) for h in slow], [x.text for x in judgement.suspects]
 

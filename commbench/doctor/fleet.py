@@ -28,14 +28,14 @@ control (the difference of two pairs: sqrt(2) x the spread), are still below -RE
 was busy; named nothing.
 
 (Over 400 lines: the screen's verdict is one piece, first pass, retest plan and confirmation,
-with its rules side by side, as verdict.py is the full plan's.)"""
+with its rules side by side, as verdict.py and retest.py are the full plan's.)"""
 
 import math
 import statistics
 from statistics import NormalDist
 
 from . import noise
-from . import verdict
+from . import retest, verdict
 from .verdict import Finding, Judgement
 
 ALPHA = 0.001  # first-pass alarms per healthy fleet, at normal noise (the retest clears them)
@@ -201,7 +201,7 @@ def consistent_hosts(figures, judgement):
     screen's test on all of a host's pairs: a host slow in every pair it was in, its best pair
     below the bar against its round's reference, is a suspect too. The fraction alone is a coin
     for a host at about half its peers (one of three checks beside two busy loops missed a host
-    capped at half); its retest beside a control pair then decides (verdict.confirm)."""
+    capped at half); its retest beside a control pair then decides (retest.confirm)."""
     scores = Scores(figures)
     for _ in range(2):
         scores = Scores(figures, frozenset(scores.suspect_hosts()))
@@ -408,7 +408,7 @@ def confirm(figures, judgement):
     typical = _typical(figures, judgement)
     for finding in judgement.suspects:
         if finding.intra:
-            verdict.confirm_intra(figures, judgement, finding)
+            retest.confirm_intra(figures, judgement, finding)
             continue
         measured = _retests(figures, set(finding.pairs))
         if not measured:
