@@ -9,7 +9,8 @@ import pytest
 from commbench.errors import UsageError
 from commbench.trace import compute
 from commbench.trace.model import Call
-from commbench.trace.replay import bare_pace, mode, parser, settled
+from commbench.trace.flags import bare_pace, parser, settled
+from commbench.trace.replay import mode
 
 pytestmark = pytest.mark.fast
 

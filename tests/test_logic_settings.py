@@ -85,7 +85,7 @@ def _front(front):
     """(settings class, parser, rank_settings) of a front end, and its smallest argv."""
     from commbench.doctor import flags as doctor
     from commbench.strategies import flags as bench
-    from commbench.trace import replay
+    from commbench.trace import flags as replay
     return {"doctor": ((doctor.DoctorSettings, doctor.parser, doctor.rank_settings), []),
             "replay": ((replay.ReplaySettings, replay.parser, replay.rank_settings), ["trace"]),
             "parallel_bench": ((bench.BenchSettings, bench.parser, bench.rank_settings), [])
