@@ -7,7 +7,7 @@ from statistics import NormalDist
 
 import pytest
 
-from commbench.doctor import fleet, model, plan, topology
+from commbench.doctor import fleet, fleet_retest, model, plan, topology
 from commbench.doctor.verdict import Figures, Link
 from commbench.errors import UsageError
 
@@ -143,7 +143,7 @@ def _by_hand(retest_gbps, control_gbps):
     figures = _eight_screened()
     judgement = fleet.first_pass(figures)
     assert [(f.kind, f.hosts) for f in judgement.suspects] == [("host", (0,))]
-    rounds, controls = fleet.retest_plan(figures, judgement)
+    rounds, controls = fleet_retest.retest_plan(figures, judgement)
     assert len(rounds) == 2 and [len(beside) for beside in controls] == [1, 1]
     for number, (pairs, beside) in enumerate(zip(rounds, controls), 3):
         hosts = [h for p in pairs for h in p]
@@ -152,7 +152,7 @@ def _by_hand(retest_gbps, control_gbps):
             bw = (control_gbps if pair in beside else retest_gbps) * GBPS
             link = Link(20e-6, bw, bw, 2 * bw)
             figures.retest_log.append((number, pair, link, beside.get(pair)))
-    return fleet.confirm(figures, judgement)
+    return fleet_retest.confirm(figures, judgement)
 
 
 def test_every_suspect_is_retested_when_the_good_hosts_run_short_in_a_round():
@@ -171,7 +171,7 @@ def test_every_suspect_is_retested_when_the_good_hosts_run_short_in_a_round():
             figures.links[(a, b)] = figures.measured[-1][3]
     judgement = fleet.first_pass(figures)
     assert [f.hosts for f in judgement.suspects] == [(0,), (1,), (2,), (3,), (6,), (7,)]
-    rounds, controls = fleet.retest_plan(figures, judgement)
+    rounds, controls = fleet_retest.retest_plan(figures, judgement)
     for finding in judgement.suspects:
         assert len(finding.pairs) == 2, (finding.hosts, rounds)  # per_host, each
     for pairs in rounds:
@@ -190,13 +190,13 @@ def test_a_retest_without_a_control_is_held_to_the_fraction_of_the_typical_pair(
     --min-fraction 0.5 of it, is named."""
     figures = _eight_screened()
     judgement = fleet.first_pass(figures)
-    rounds, _ = fleet.retest_plan(figures, judgement)
+    rounds, _ = fleet_retest.retest_plan(figures, judgement)
     (host,) = judgement.suspects
     for number, pairs in enumerate(rounds, 3):
         for pair in set(pairs) & set(host.pairs):  # the retests alone: no control ran
             bw = retest_gbps * GBPS
             figures.retest_log.append((number, pair, Link(20e-6, bw, bw, 2 * bw), None))
-    judgement = fleet.confirm(figures, judgement)
+    judgement = fleet_retest.confirm(figures, judgement)
     assert [f.hosts for f in judgement.findings] == ([(0,)] if named else [])
     if named:
         assert "against the fleet's typical pair" in judgement.findings[0].text
@@ -226,7 +226,7 @@ def test_a_host_suspect_behind_a_suspect_switch_is_retested_inside_it():
     # hosts 0 and 1 (their inside pair the slow one), and the switch
     assert sorted((f.kind, f.hosts[0]) for f in judgement.suspects) == \
         [("host", 0), ("host", 1), ("switch", 0)], [f.text for f in judgement.suspects]
-    retests, controls = fleet.retest_plan(figures, judgement)
+    retests, controls = fleet_retest.retest_plan(figures, judgement)
     for host in [f for f in judgement.suspects if f.kind == "host"]:
         assert host.pairs and all(set(p) <= {0, 1, 2, 3} for p in host.pairs), host.pairs
     for number, (pairs, beside) in enumerate(zip(retests, controls), 3):
@@ -236,7 +236,7 @@ def test_a_host_suspect_behind_a_suspect_switch_is_retested_inside_it():
             gbps = 0.3 if crosses else 6.0
             link = Link(20e-6, gbps * GBPS, gbps * GBPS, 2 * gbps * GBPS)
             figures.retest_log.append((number, pair, link, beside.get(pair)))
-    judgement = fleet.confirm(figures, judgement)
+    judgement = fleet_retest.confirm(figures, judgement)
     assert [(f.kind, f.switch) for f in judgement.findings] == [("switch", "s1")]
     assert sorted(c.split(" was ")[0] for c in judgement.cleared) == ["host n0", "host n1"], \
         judgement.cleared
@@ -286,14 +286,14 @@ def test_each_retest_is_held_against_the_control_beside_it_in_its_own_round():
     judgement = fleet.first_pass(figures)
     assert sorted((f.kind, f.hosts) for f in judgement.suspects if f.kind != "link") == \
         [("host", (1,)), ("host", (2,)), ("host", (10,)), ("switch", (0, 1, 2, 3))]
-    rounds, controls = fleet.retest_plan(figures, judgement)
+    rounds, controls = fleet_retest.retest_plan(figures, judgement)
     assert [sorted(p for (n, p) in figure if n == number) for number in range(3, 7)] == rounds
     # control 5-15 beside host 1's retests in rounds 4 and 5, host 2's in round 6
     assert [beside.get((5, 15)) for beside in controls] == [None, (0, 1), (1, 2), (0, 2)]
     for number, (pairs, beside) in enumerate(zip(rounds, controls), 3):
         for pair in pairs:
             figures.retest_log.append((number, pair, figure[(number, pair)], beside.get(pair)))
-    judgement = fleet.confirm(figures, judgement)
+    judgement = fleet_retest.confirm(figures, judgement)
     named = {f.kind: [] for f in judgement.findings}
     for f in judgement.findings:
         named[f.kind].append(f.switch or f.hosts)
@@ -485,7 +485,7 @@ def test_halves_alike_name_nothing_the_machine_was_busy():
     link = Link(latency_s=1e-5, forward_Bps=GBPS, backward_Bps=GBPS, both_Bps=2 * GBPS)
     figures.measured = [(0, a, a + 1, link) for a in range(0, 8, 2)]
     judgement = fleet.first_pass(figures)
-    fleet.confirm(figures, judgement)
+    fleet_retest.confirm(figures, judgement)
     rounds = bisect.run(figures, judgement, lambda groups, n: [0.5 * GBPS] * len(groups), 1)
     assert rounds == 3 and judgement.findings == []  # the fleet, its halves twice
     assert "its halves alike: the machine was busy" in judgement.cleared[-1]
@@ -524,7 +524,7 @@ def test_halves_are_held_apart_beyond_their_sizes_and_on_the_mean(count, leaf, g
     link = Link(latency_s=1e-5, forward_Bps=GBPS, backward_Bps=GBPS, both_Bps=2 * GBPS)
     figures.measured = [(0, a, a + 1, link) for a in range(0, count - 1, 2)]
     judgement = fleet.first_pass(figures)
-    fleet.confirm(figures, judgement)
+    fleet_retest.confirm(figures, judgement)
     figures.leaf = leaf
     splits = iter(gaps)
 
@@ -564,7 +564,7 @@ def test_under_the_full_plan_the_fleet_is_predicted_from_every_pair():
     middle, factor = bisect.host_factors(figures)
     assert middle == GBPS and factor == {4: pytest.approx(0.4)}
     judgement = fleet.first_pass(figures)
-    fleet.confirm(figures, judgement)
+    fleet_retest.confirm(figures, judgement)
     judgement.findings = []  # the fleet-wide step alone: every host takes part
     asked = []
     bisect.run(figures, judgement, lambda groups, n: asked.append(groups) or [0.4 * GBPS], 1)

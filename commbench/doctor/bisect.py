@@ -74,7 +74,7 @@ def halves(group, leaf):
 
 
 def run(figures, judgement, collective, number):
-    """The fleet-wide collective and its bisection after `judgement` (fleet.confirm done):
+    """The fleet-wide collective and its bisection after `judgement` (fleet_retest.confirm done):
     a finding added to judgement.findings; figures.fleet_log gets every collective measured
     (round, hosts, a host's bandwidth, the prediction). Returns the rounds it took."""
     middle, factor = host_factors(figures)

@@ -3,7 +3,7 @@ carry (--peak: a given rate, a file of expected figures, or each host's interfac
 from sysfs), not only against its peers. A fleet whose hosts are all alike is "healthy" by its
 peers; against its bound it is named when every link is below `fraction` of it.
 
-The rule, after the verdict against the peers (retest.confirm, fleet.confirm) and a retest of
+The rule, after the verdict against the peers (retest.confirm, fleet_retest.confirm) and a retest of
 each link below its bound (with --retest above 0): a link's figure is its best of first pass and
 retest (noise only ever slows a measurement), its bound the lower
 of its two hosts' (a host whose bound is unknown leaves its links unjudged). Then

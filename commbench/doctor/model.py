@@ -1,5 +1,5 @@
 """A modelled fabric, for checks at fleet scale: the planner (plan.py) and the screen's verdict
-(fleet.py) run unchanged against it instead of real ranks.
+(fleet.py, fleet_retest.py) run unchanged against it instead of real ranks.
 
 Hosts behind leaf switches (`per_switch` each) joined by a non-blocking spine; every host's
 link at one rate, every leaf's uplink at its hosts' sum. A pair's bandwidth is the least of its
@@ -22,7 +22,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from . import bisect, fleet, noise, plan
+from . import bisect, fleet, fleet_retest, noise, plan
 from .verdict import Figures, Link
 
 BPS = noise.PAIR_GBPS * 1e9 / 8
@@ -144,7 +144,7 @@ def check(fabric, rounds=plan.DEFAULT_ROUNDS, seed=0, topology=True, retest=2, w
             figures.links[(a, b)] = link
             last[a] = last[b] = link.bandwidth
     judgement = fleet.first_pass(figures)
-    planned, controls = fleet.retest_plan(figures, judgement, retest) if retest else ([], [])
+    planned, controls = fleet_retest.retest_plan(figures, judgement, retest) if retest else ([], [])
     for offset, pairs in enumerate(planned):
         number, beside = len(planner) + offset, controls[offset]
         for pair, link in fabric.measure(pairs, number).items():
@@ -157,7 +157,7 @@ def check(fabric, rounds=plan.DEFAULT_ROUNDS, seed=0, topology=True, retest=2, w
             else:
                 figures.retests[pair] = link
                 figures.retest_log.append((number, pair, link, None))
-    fleet.confirm(figures, judgement)
+    fleet_retest.confirm(figures, judgement)
     done = len(planner) + len(planned)
     if whole:
         done += bisect.run(figures, judgement, fabric.collective, done)

@@ -16,7 +16,7 @@ from ..entry import guarded
 from ..errors import BenchmarkError
 from ..bench.harness import open_results
 from ..table import emit, note, output_failure
-from . import bound, fleet, plan, render, retest, verdict, whole
+from . import bound, fleet, fleet_retest, plan, render, retest, verdict, whole
 from .check import Check
 from .flags import parse, rank_settings
 
@@ -86,7 +86,7 @@ def main(local_rank, args):
             fleet.consistent_hosts(check.figures, verdict.first_pass(check.figures))
     rounds = _retest(check, judgement, first=len(planner) if screen else 0)
     if comm.global_rank == 0:
-        (fleet if screen else retest).confirm(check.figures, judgement)
+        (fleet_retest if screen else retest).confirm(check.figures, judgement)
     # against what the network carries (--peak): links below it measured again, then judged
     if not check.stopping():
         rounds += bound.retest(check, first=(len(planner) if screen else 0) + rounds)
@@ -135,7 +135,7 @@ def _retest(check, judgement, first):
             # pairs: the suspects'); the screen: as many at once as are disjoint.
             retests["intra"] = any(f.kind == "host" and f.intra for f in judgement.suspects)
             if screen:
-                rounds, controls = fleet.retest_plan(check.figures, judgement, args.retest)
+                rounds, controls = fleet_retest.retest_plan(check.figures, judgement, args.retest)
                 retests["pairs"] = rounds
                 retests["controls"] = [[[list(c), list(p)] for c, p in beside.items()]
                                        for beside in controls]  # one list a round
