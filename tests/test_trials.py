@@ -17,7 +17,7 @@ import pytest
 from commbench.records import results
 from commbench.bench import trials as encoding
 from commbench.ranks import whereabouts
-from commbench.report import cli as report_cli, trials
+from commbench.report import cli as report_cli, trials, trials_text
 from support import (ROOT, assert_no_traceback, base_env, finish, free_port, fresh, launch,
                      launcher_command, rank_env, require_launcher, spawn)
 
@@ -87,7 +87,7 @@ def test_period_straggler_and_quiet_run(tmp_path):
     (s,) = trials.analyse(str(tmp_path / "spiky.jsonl"))
     assert s["period"]["trials"] == 5 and s["straggler"] == 2 and s["stragglers"][0]["last"] >= 12
     assert abs(s["period"]["seconds"] - (4 * 1e-3 + 11e-3)) < 1e-4
-    text = trials.render([s])
+    text = trials_text.render([s])
     assert "period 5 trials" in text and "rank 2 on h2" in text and "first trial" in text
     quiet = [[1e-3 + (5e-3 if i in (7, 23, 41) else 0.0) + (i % 4) * 1e-6 for i in range(count)]
              for _ in range(3)]
@@ -95,11 +95,11 @@ def test_period_straggler_and_quiet_run(tmp_path):
                                             for r in range(3)])
     (q,) = trials.analyse(str(tmp_path / "quiet.jsonl"))
     assert q["spikes"] == [8, 24, 42] and q["period"] is None and q["straggler"] is None
-    assert "no period" in trials.render([q]) and q["drift"][1] <= 0 <= q["drift"][2]
+    assert "no period" in trials_text.render([q]) and q["drift"][1] <= 0 <= q["drift"][2]
     climbing = [[1e-3 + i * 1e-5 + (i % 2) * 1e-6 for i in range(count)] for _ in range(3)]
     _write(tmp_path / "climb.jsonl", climbing, _arrivals(count))
     (c,) = trials.analyse(str(tmp_path / "climb.jsonl"))
-    assert c["drift"][1] > 0 and ": drift" in trials.render([c])
+    assert c["drift"][1] > 0 and ": drift" in trials_text.render([c])
 
 
 @pytest.mark.fast
@@ -115,7 +115,7 @@ def test_a_rank_always_a_little_last_is_listed_not_named(tmp_path):
         _write(tmp_path / "run.jsonl", times, arrivals)
         (s,) = trials.analyse(str(tmp_path / "run.jsonl"))
         assert s["straggler"] == named and s["stragglers"][0]["rank"] == 1, s["stragglers"]
-        text = trials.render([s])
+        text = trials_text.render([s])
         if named is None:
             assert "straggler     none (by the clocks, rank 1 caused most of the waiting, 16.000 " \
                    "ms, 5% of the trials' time: under the 10% that names one; by the call times, " \

@@ -26,7 +26,7 @@ from commbench import units
 from commbench.flags import Parser, prog
 from commbench.numbers import byte_count, float_in, int_at_least
 from commbench.report import bound, buckets, history, html, measured, strategy
-from commbench.report import trials
+from commbench.report import trials, trials_text
 from commbench.report.compare import compare, render
 from commbench.report.kinds import kind_of, load_run, records_of
 from commbench.report.layouts import layouts, render_layouts
@@ -211,7 +211,7 @@ def parser():
 def _run_trials(args):
     records_of(args.run, "trials", ("results", "replay", "strategies"))
     sizes = trials.analyse(args.run, args.spike_factor)
-    print(trials.render(sizes))
+    print(trials_text.render(sizes))
     if args.plot:
         trials.plot(sizes, args.plot)
         print(f"{PROG}: wrote {args.plot}", file=sys.stderr)

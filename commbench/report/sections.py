@@ -15,7 +15,7 @@ from ..records import results
 from .. import units
 from ..opfacts import FACTS
 from . import bound, layouts
-from . import doctor, replays, trials
+from . import doctor, replays, trials, trials_text
 from .runs import ReportError, bandwidth, bandwidth_label, op_order, record_key
 
 
@@ -211,7 +211,7 @@ def suite_section(path, meta, records, run):
         except ValueError:
             pass
     if any("per_trial" in r for r in records):  # --per-trial: report.py trials' text
-        section["trials"] = trials.render(trials.analyse(path))
+        section["trials"] = trials_text.render(trials.analyse(path))
     return section
 
 
