@@ -140,7 +140,7 @@ def test_hosts_lost_at_one_step_are_probed_at_once(monkeypatch):
     from types import SimpleNamespace
     import socket
     from commbench.doctor.check import Check
-    from commbench.ranks import whereabouts
+    from commbench.ranks import pulse
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))
     refused = f"127.0.0.1 {closed.getsockname()[1]}"
@@ -152,12 +152,12 @@ def test_hosts_lost_at_one_step_are_probed_at_once(monkeypatch):
     silent = f"127.0.0.1 {full.getsockname()[1]}"
     pulses = {4: refused, 5: refused, 6: silent, 7: silent}
     calls = []
-    probe = whereabouts.probe_all
+    probe = pulse.probe_all
 
     def counted(texts, *args):
         calls.append(sorted(texts))
         return probe(texts, *args)
-    monkeypatch.setattr(whereabouts, "probe_all", counted)
+    monkeypatch.setattr(pulse, "probe_all", counted)
     check = Check.__new__(Check)
     check.comm = SimpleNamespace(hostnames=[f"n{r // 2}" for r in range(8)], global_rank=0,
                                  run=SimpleNamespace(whereabouts=SimpleNamespace(

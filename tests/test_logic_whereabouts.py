@@ -8,7 +8,7 @@ import time
 import pytest
 import torch.distributed
 
-from commbench.ranks import whereabouts
+from commbench.ranks import pulse, whereabouts
 
 pytestmark = pytest.mark.fast
 
@@ -53,7 +53,7 @@ def _waits(monkeypatch):
 
 def test_silent_and_gone_ranks_are_not_waited_for(monkeypatch, silent_address):
     store = torch.distributed.HashStore()
-    gone = whereabouts.open_pulse("127.0.0.1")
+    gone = pulse.open_pulse("127.0.0.1")
     store.set("pulse/2", silent_address)
     store.set("pulse/3", "{} {}".format(*gone.getsockname()[:2]))
     gone.close()
@@ -70,7 +70,7 @@ def test_silent_and_gone_ranks_are_not_waited_for(monkeypatch, silent_address):
 
 def test_a_live_rank_not_yet_posted_is_waited_for_to_the_grace(monkeypatch, silent_address):
     store = torch.distributed.HashStore()
-    alive = whereabouts.open_pulse("127.0.0.1")
+    alive = pulse.open_pulse("127.0.0.1")
     store.set("pulse/1", "{} {}".format(*alive.getsockname()[:2]))
     store.set("pulse/2", silent_address)
     store.set("waiting/0", '{"op": "all_reduce", "size": 8, "phase": "timed"}')

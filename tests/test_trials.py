@@ -16,7 +16,7 @@ import pytest
 
 from commbench.records import results
 from commbench.bench import trials as encoding
-from commbench.ranks import whereabouts
+from commbench.ranks import pulse as rank_pulse, whereabouts
 from commbench.report import cli as report_cli, trials, trials_text
 from support import (ROOT, assert_no_traceback, base_env, finish, free_port, fresh, launch,
                      launcher_command, rank_env, require_launcher, spawn)
@@ -170,12 +170,12 @@ def test_naming_the_ranks_that_did_not_come():
 def test_a_pulse_tells_a_dead_rank_from_a_stuck_one():
     """The pulse: a listening socket answers while its process lives (nothing accepts: the
     kernel does), refuses once it is closed; the words for each."""
-    pulse = whereabouts.open_pulse("127.0.0.1")
+    pulse = rank_pulse.open_pulse("127.0.0.1")
     text = "{} {:d}".format(*pulse.getsockname()[:2])
-    assert whereabouts.probe(text) == "alive"
+    assert rank_pulse.probe(text) == "alive"
     pulse.close()
-    assert whereabouts.probe(text) == "gone"
-    assert whereabouts.probe("not-an-address") is None
+    assert rank_pulse.probe(text) == "gone"
+    assert rank_pulse.probe("not-an-address") is None
     at = {"op": "all_reduce", "size": 4 << 20, "phase": "trials", "time": 100.0}
     posts = {0: {**at, "trial": 7}, 1: None, 2: None}
     line = whereabouts.name_absent(posts, {1: at, 2: at}, ["a", "b", "c"], 102.0,
@@ -203,7 +203,7 @@ def test_silent_pulses_are_probed_at_once_under_one_deadline(monkeypatch):
         def select(self, timeout=None):
             waits.append((id(self), len(self.get_map()), timeout))
             return super().select(timeout)
-    monkeypatch.setattr(whereabouts.selectors, "DefaultSelector", Counted)
+    monkeypatch.setattr(rank_pulse.selectors, "DefaultSelector", Counted)
     full = socket.socket()
     full.bind(("127.0.0.1", 0))
     full.listen(0)
@@ -215,14 +215,14 @@ def test_silent_pulses_are_probed_at_once_under_one_deadline(monkeypatch):
         client.connect_ex(("127.0.0.1", port))
         held.append(client)
     time.sleep(0.2)
-    alive = whereabouts.open_pulse("127.0.0.1")
-    gone = whereabouts.open_pulse("127.0.0.1")
+    alive = rank_pulse.open_pulse("127.0.0.1")
+    gone = rank_pulse.open_pulse("127.0.0.1")
     texts = {r: f"127.0.0.1 {port}" for r in range(10)}
     texts[10] = "{} {}".format(*alive.getsockname()[:2])
     texts[11] = "{} {}".format(*gone.getsockname()[:2])
     texts[12] = None
     gone.close()
-    states = whereabouts.probe_all(texts, 1.0)
+    states = rank_pulse.probe_all(texts, 1.0)
     for sock in held + [full, alive]:
         sock.close()
     assert states == {**{r: "silent" for r in range(10)}, 10: "alive", 11: "gone", 12: None}

@@ -8,7 +8,7 @@ from datetime import timedelta
 import torch
 import torch.distributed
 
-from ..ranks import whereabouts
+from ..ranks import pulse, whereabouts
 from ..errors import UsageError
 from ..table import note
 from . import control, measure, plan, release, schedule, topology, verdict
@@ -33,7 +33,7 @@ class Check:
         self.leader = self.ranks[self.my_host][0] == comm.global_rank
         self.control = Control(comm, args.timeout)
         # each rank's pulse, so that a lost host is told apart: its process gone, or the host
-        # not answering (whereabouts.probe_all at rank 0 when its heartbeat stands still)
+        # not answering (pulse.probe_all at rank 0 when its heartbeat stands still)
         comm.run.whereabouts = whereabouts.start(comm)
         self.topology, self.topology_note = topology.for_check(
             args.topology_of, args.topology, names, comm.global_rank, self.control)
@@ -76,7 +76,7 @@ class Check:
                      f"{self.figures.unreachable_why[host]}; {then}")
 
     def _pulses(self, ranks):
-        """Rank 0: {rank: what its pulse says} of lost `ranks` (whereabouts.py), all probed at
+        """Rank 0: {rank: what its pulse says} of lost `ranks` (pulse.py), all probed at
         once under one deadline (a host down costs its 1 s once, however many went at a step):
         "; its process is gone (...)" (refused), "; its host does not answer (...)" (no answer:
         a host or interface down), or nothing (alive but hung, or no pulse)."""
@@ -84,7 +84,7 @@ class Check:
         if self.comm.global_rank != 0 or found is None or not ranks:
             return {}
         texts = {rank: found.pulse_of(rank) for rank in ranks}
-        states = whereabouts.probe_all({r: t for r, t in texts.items() if t})
+        states = pulse.probe_all({r: t for r, t in texts.items() if t})
         return {r: f"; {whereabouts.GONE[s]}" for r, s in states.items() if s in whereabouts.GONE}
 
     def stopping(self):

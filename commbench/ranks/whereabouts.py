@@ -8,23 +8,17 @@ ranks that did not post (stopped, hung in C, dead: last seen where, how long ago
 that posted from outside the call (alive, but not at the collective). Seconds since seen are
 rank 0's wall clock against the poster's: exact on one host, as good as NTP across hosts.
 
-Dead or stuck: each rank also holds a listening TCP socket (its "pulse"), opened at start-up on
-the address it reaches the rendezvous from, never accepted from and never read: the kernel of
-its host completes a connection to it while the process lives, stopped or hung or not, and
-refuses one once the process is gone. At its deadline rank 0 tries the pulse of every rank that
-has not posted, all at once under one deadline of PROBE_S (probe_all), and waits the rest of
-GRACE_S only for ranks whose pulse answered (a live rank whose deadline fired later): so the
-line comes about PROBE_S after rank 0's deadline whether 1 or 100 ranks are silent
-(benchmarks/silent_ranks.py). Refused is named "cannot be reached: its process is gone", no
-answer "its host does not answer"; a completed connection keeps "did not reach". Nothing of
-it runs inside a timed window, and it costs one file descriptor a rank."""
+Dead or stuck: each rank also holds a listening TCP socket (its "pulse", pulse.py). At its
+deadline rank 0 tries the pulse of every rank that has not posted, all at once under one
+deadline of PROBE_S (probe_all), and waits the rest of GRACE_S only for ranks whose pulse
+answered (a live rank whose deadline fired later): so the line comes about PROBE_S after rank
+0's deadline whether 1 or 100 ranks are silent (benchmarks/silent_ranks.py). Refused is named
+"cannot be reached: its process is gone", no answer "its host does not answer"; a completed
+connection keeps "did not reach"."""
 
 import contextlib
-import errno
 import json
 import os
-import selectors
-import socket
 import threading
 import time
 from datetime import timedelta
@@ -33,13 +27,13 @@ import torch.distributed
 
 from ..errors import PROG, BenchmarkError
 from .guard import peer_failure, say
+from .pulse import PROBE_S, open_pulse, probe_all
 from ..table import convert_size
 
 PREFIX = "commbench/ranks/whereabouts/"
 GRACE_S = 3.0  # rank 0 waits at most this long for a live rank's post after its own deadline
 STORE_S = 5.0  # a store operation of the deadline thread gives up after this long
 POLL_S = 0.05
-PROBE_S = 1.0  # rank 0 waits this long for a silent rank's host to answer its pulse
 
 
 def seen_key(rank):
@@ -76,110 +70,6 @@ def start(comm):
             store.set(f"pulse/{comm.global_rank}", "{} {:d}".format(*found.pulse.getsockname()[:2]))
     return found
 
-
-def open_pulse(master_addr):
-    """A listening socket on the address this host reaches master_addr from (None when it
-    cannot be had: the probe then says nothing). Kept open until the process ends."""
-    try:
-        family = socket.AF_INET6 if ":" in master_addr else socket.AF_INET
-        with socket.socket(family, socket.SOCK_DGRAM) as route:  # sends nothing
-            route.connect((master_addr, 9))
-            address = route.getsockname()[0]
-        pulse = socket.socket(family, socket.SOCK_STREAM)
-        pulse.bind((address, 0))
-        pulse.listen(8)
-        os.set_inheritable(pulse.fileno(), False)
-        return pulse
-    except OSError:
-        return None
-
-
-def probe(text, seconds=PROBE_S):
-    """A rank's pulse ("address port"): "alive" (its kernel completed the connection), "gone"
-    (refused: nothing listens there, the process ended), "silent" (no answer in `seconds`:
-    the host or its network is down), or None (no pulse posted, or the probe failed)."""
-    try:
-        address, port = text.rsplit(" ", 1)
-        family = socket.AF_INET6 if ":" in address else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as connection:
-            connection.settimeout(seconds)
-            connection.connect((address, int(port)))
-        return "alive"
-    except ConnectionRefusedError:
-        return "gone"
-    except TimeoutError:
-        return "silent"
-    except OSError as error:
-        if error.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
-            return "silent"
-        return None
-    except ValueError:
-        return None
-
-
-PROBE_BATCH = 256  # pulses tried at once (each a file descriptor until it answers)
-
-
-def probe_all(texts, seconds=PROBE_S):
-    """probe() of many pulses at once ({rank: "address port"} -> {rank: state}): every
-    connection started together and all waited for under one deadline, so the answer comes
-    within `seconds` of the start whatever the number of silent ranks (PROBE_BATCH at a time:
-    ceil(n / PROBE_BATCH) deadlines at most)."""
-    states, pending = {}, list(texts.items())
-    while pending:
-        batch, pending = pending[:PROBE_BATCH], pending[PROBE_BATCH:]
-        with selectors.DefaultSelector() as selector:
-            for rank, text in batch:
-                states[rank] = _start(selector, rank, text)
-            deadline = time.monotonic() + seconds
-            while selector.get_map():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                for key, _ in selector.select(left):
-                    connection, rank = key.fileobj, key.data
-                    selector.unregister(connection)
-                    code = connection.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-                    states[rank] = _state(code)
-                    connection.close()
-            for key in list(selector.get_map().values()):  # no answer by the deadline
-                states[key.data] = "silent"
-                key.fileobj.close()
-    return states
-
-
-def _state(code):
-    if code == 0:
-        return "alive"
-    if code == errno.ECONNREFUSED:
-        return "gone"
-    if code in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT):
-        return "silent"
-    return None
-
-
-def _start(selector, rank, text):
-    """A non-blocking connection to one pulse, registered with `selector` while it is under
-    way; the state when it is already decided (None: no pulse, or a malformed one)."""
-    if not text:
-        return None
-    try:
-        address, port = text.rsplit(" ", 1)
-        family = socket.AF_INET6 if ":" in address else socket.AF_INET
-        connection = socket.socket(family, socket.SOCK_STREAM)
-    except (ValueError, OSError):
-        return None
-    connection.setblocking(False)
-    try:
-        code = connection.connect_ex((address, int(port)))
-    except (ValueError, OSError):
-        connection.close()
-        return None
-    if code in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
-        selector.register(connection, selectors.EVENT_WRITE, rank)
-        return "silent"  # until it answers
-    connection.close()
-    return _state(code)
 
 
 def size_text(size_bytes):
