@@ -1,7 +1,8 @@
 """How long a doctor.py check takes, and whether it names what is wrong and nothing else, on
 simulated hosts (scripts/sim-hosts.sh: network namespaces; root): for each host count, R checks
 of healthy hosts, then one with a host's link slowed and one with a single link slowed (htb).
-One rank per host, started by hand as a launcher would (RANK, WORLD_SIZE, MASTER_ADDR, ...).
+One rank per host (`--per-host N`: N), started by hand as a launcher would (RANK, LOCAL_RANK,
+WORLD_SIZE, MASTER_ADDR, ...).
 `--plans full,screen` runs each plan on the same simulated hosts, one after the other, for
 each case (`--cases`: healthy, slow host, slow link).
 
@@ -10,9 +11,12 @@ each case (`--cases`: healthy, slow host, slow link).
         --cases "healthy,slow host"
     .venv/bin/python benchmarks/doctor_check.py --hosts 8 --repeat 5 --slow-repeat 3 \
         --plans full,screen --cases "healthy,slow host" --busy 2 --rate half
+    .venv/bin/python benchmarks/doctor_check.py --hosts 3 --per-host 2 --repeat 20 \
+        --cases healthy --busy 2 -- --large-bytes=4M --trials=10 --repeat=3
 
-(the last: two CPU-bound loops beside every check, a host capped at half of the healthy
-checks' median pair bandwidth, measured beside the same loops)
+(the third: two CPU-bound loops beside every check, a host capped at half of the healthy
+checks' median pair bandwidth, measured beside the same loops; the last: tests/test_doctor.py's
+healthy 3 hosts of 2 ranks, 20 times beside two busy loops, with the tests' own flags)
 
 Prints one line per check and a summary per host count; benchmarks/doctor-results.md keeps
 what it printed.
@@ -34,18 +38,19 @@ ROOT = Path(__file__).resolve().parent.parent
 SIM = ROOT / "scripts" / "sim-hosts.sh"
 
 
-def check(name, subnet, count, args, output):
+def check(name, subnet, count, args, output, per_host=1):
     port = random.randint(20000, 28000)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     started = time.monotonic()
     procs = [subprocess.Popen(
-        [str(SIM), "run", name, str(i + 1), "env", f"PATH={env['PATH']}", f"RANK={i}",
-         "LOCAL_RANK=0", f"WORLD_SIZE={count}", "LOCAL_WORLD_SIZE=1", f"MASTER_ADDR={subnet}.1",
+        [str(SIM), "run", name, str(i // per_host + 1), "env", f"PATH={env['PATH']}", f"RANK={i}",
+         f"LOCAL_RANK={i % per_host}", f"WORLD_SIZE={count * per_host}",
+         f"LOCAL_WORLD_SIZE={per_host}", f"MASTER_ADDR={subnet}.1",
          f"MASTER_PORT={port}", sys.executable, "doctor.py", "--dist=torch", "--backend=gloo",
          f"--output={output}", "--overwrite", *args],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for i in range(count)]
+        for i in range(count * per_host)]
     statuses = [proc.wait(timeout=1200) for proc in procs]
     seconds = time.monotonic() - started
     text = Path(output).read_text()
@@ -81,6 +86,8 @@ def main():
                         "checks run first)")
     parser.add_argument("--slow-repeat", type=int, default=1,
                         help="checks per slow case (default 1)")
+    parser.add_argument("--per-host", type=int, default=1, metavar="N",
+                        help="ranks a host (default 1)")
     parser.add_argument("--per-switch", type=int, default=0, metavar="N",
                         help="hosts behind switches of N (sim-hosts.sh up ... N), the check "
                              "given their --topology; needed by the slow uplink case")
@@ -122,7 +129,7 @@ def main():
 def each_count(count, args, plans, cases, out):
     """Every case's checks on `count` hosts, a line each, then the host count's summary."""
     times, healthy = {p: [] for p in plans}, {p: 0 for p in plans}
-    slow = {p: [0, 0] for p in plans}  # right, checks
+    slow = {}  # (plan, case): [right, checks]
     pair_Bps = []
     each = [c for c in ["healthy"] * args.repeat +
             ["slow host"] * args.slow_repeat + ["slow link"] * args.slow_repeat +
@@ -150,18 +157,20 @@ def each_count(count, args, plans, cases, out):
             for plan in plans:
                 flags = [f"--plan={plan}"] if plan else []
                 runs.append((plan, *check(name, subnet, count,
-                                          [*flags, *topology, *args.doctor_args], out)))
+                                          [*flags, *topology, *args.doctor_args], out,
+                                          args.per_host)))
         finally:
             subprocess.run([str(SIM), "down", name], capture_output=True)
         for plan, seconds, statuses, verdict in runs:
-            right = show(f"{count} hosts", name, plan, case, rate, want, seconds, statuses,
-                         verdict)
+            where = f"{count} hosts" + (f" x {args.per_host}" if args.per_host > 1 else "")
+            right = show(where, name, plan, case, rate, want, seconds, statuses, verdict)
             if case == "healthy":
                 times[plan].append(seconds)
                 healthy[plan] += right
                 pair_Bps += verdict["pair_Bps"]
             else:
-                slow[plan] = [slow[plan][0] + right, slow[plan][1] + 1]
+                done = slow.setdefault((plan, case), [0, 0])
+                done[0], done[1] = done[0] + right, done[1] + 1
     summary(count, args, plans, times, healthy, slow, pair_Bps)
 
 
@@ -213,9 +222,11 @@ def summary(count, args, plans, times, healthy, slow, pair_Bps):
             print(f"{count} hosts{shown}: healthy checks {healthy[plan]}/{args.repeat} right, "
                   f"median {statistics.median(times[plan]):.1f} s (min {min(times[plan]):.1f}, "
                   f"max {max(times[plan]):.1f})", flush=True)
-        if slow[plan][1]:
-            print(f"{count} hosts{shown}: slow cases named exactly {slow[plan][0]}/"
-                  f"{slow[plan][1]}", flush=True)
+        for case in ("slow host", "slow link", "slow uplink"):
+            right, checks = slow.get((plan, case), (0, 0))
+            if checks:
+                print(f"{count} hosts{shown}: {case} named exactly {right}/{checks}",
+                      flush=True)
 
 
 if __name__ == "__main__":
