@@ -122,9 +122,10 @@ VOLATILE = [(re.compile(p, re.I), r) for p, r in (
     (r"(port|pid)[ =:]+\d+", r"\1 #"),
     (r"slowest: rank \d+", "slowest: rank #"),
     (r"\(\d+ KiB\)", "(# KiB)"),
+    (r"(wrote \S+) \([\d.]+ (KiB|MiB)\)", r"\1 (# KiB)"),  # a page's size: its figures' SVG
     (r" \(slowest: [^)]*\)", ""),            # said only when one rank's start-up stands out
     (r"[-+]?\d+%", "#%"),
-    (r"\d+ (tokens/s|samples/s|MiB of memory)", r"# \1"),
+    (r"[\d#]+(\.[\d#]+)? (tokens/s|samples/s|MiB of memory)", r"# \2"),  # or masked as a size
     (r"; \w+ spends #% of its step in exposed communication[^.]*", ""),  # said above a share
 )]
 
