@@ -317,6 +317,57 @@ def test_a_topology_naming_an_unknown_host_is_one_line_before_any_measurement(tm
         (tmp_path / "o.jsonl").read_text()
 
 
+def test_a_host_killed_in_round_2_of_a_screen_of_sixteen_is_named_and_the_rest_judged(hosts,
+                                                                                    tmp_path):
+    """16 hosts, one rank each, --plan screen: once the first round of pairs is recorded, host
+    7's rank is SIGKILLed, in the second round. Host 7 alone is named unreachable ('its process
+    is gone'), its partner in that round never (released, not waited out), within --timeout +
+    30 s of the kill; every other round's pairs among the 15 live hosts carry their figures,
+    and the screen goes on to its third round without host 7. Whatever load names slow among
+    the live hosts is named as a suspect, not as lost (this test runs beside the others: what
+    it asserts no neighbour sways)."""
+    name, subnet = hosts(16)
+    output = tmp_path / "killed.jsonl"
+    procs = by_hand(name, subnet, 16, *QUICK, "--plan=screen", "--seed=4", "--timeout=60",
+                    f"--output={output}")
+    try:
+        wait_for(output, procs, lambda records: any(r.get("phase") == "pairs" and
+                                                    r.get("round") == 0 for r in records))
+        pids = subprocess.run(["ip", "netns", "pids", f"{name}7"], capture_output=True,
+                              text=True).stdout.split()
+        subprocess.run(["kill", "-9", *pids], check=True)
+        killed = time.monotonic()
+        outputs = {0: procs[0].communicate(timeout=300)}  # a hang guard only
+        named_in = time.monotonic() - killed
+        outputs.update({r: procs[r].communicate(timeout=60) for r in range(1, 16) if r != 6})
+    finally:
+        for proc in procs:
+            proc.kill()
+    shown = "\n".join(f"--- rank {r}: exit {procs[r].returncode}\n{out}\n{err}"
+                      for r, (out, err) in sorted(outputs.items()))
+    assert [procs[r].returncode for r in range(16) if r != 6] == [1] * 15, shown
+    _, records, final = verdict_of(output, shown)
+    lost = f"{name}7"
+    assert final["unreachable"] == [lost], shown  # not its partner of the round it died in
+    (gone,) = final["lost"]
+    assert gone["host"] == lost and gone["when"].startswith("round "), gone
+    assert "its process is gone (its host refused a connection to it)" in gone["why"], gone
+    assert set(final["exclude"]) - {lost} <= set(final["suspect_hosts"]), shown
+    assert named_in < 60 + 30, f"{named_in:.1f} s\n{shown}"
+    assert "did not answer within --timeout" not in shown, shown
+    pairs = [r for r in records if r.get("phase") == "pairs" and "control_for" not in r]
+    rounds = sorted({r["round"] for r in pairs})
+    assert len(rounds) >= 3, rounds  # the screen went on past the round the host died in
+    figures = {"latency_s", "forward_Bps", "backward_Bps", "both_Bps"}
+    first = [r for r in pairs if r["round"] == 0]
+    assert len(first) == 8 and all(figures <= set(r) for r in first), first  # 7 alive then
+    for record in pairs:
+        if lost not in record["hosts"]:
+            assert figures <= set(record) and "failed" not in record, record
+    after = {h for r in pairs if r["round"] == rounds[-1] for h in r["hosts"]}
+    assert lost not in after and len(after) >= 14, after  # the rest judged, without it
+
+
 def test_hosts_lost_at_once_killed_or_silent_are_named_and_no_live_host_for_them(hosts,
                                                                                  tmp_path):
     """8 hosts of 2 ranks (16 ranks), the full plan, --timeout 60; once the first round of pairs
