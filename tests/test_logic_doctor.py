@@ -265,6 +265,31 @@ def test_unreachable_hosts_are_named_after_the_others_and_left_out_of_the_yardst
         [("unreachable", (3,), "did not answer within --timeout")]
 
 
+@pytest.mark.parametrize("late,named", [(2.5, False), (5.0, True)])
+def test_a_late_host_nothing_can_retest_is_named_only_when_far_out_of_line(late, named):
+    """4 hosts: host 1 slow (its links at 8 Gbps), hosts 2 and 3 late by `late`x (a busy
+    machine's scheduling): host 0 alone is judged good, so no suspect can be retested beside a
+    control. The slow host is named all the same (0.1x); the late ones only past twice the bar
+    (latency over median / fraction^2: 4x at --min-fraction 0.5, the default), else cleared
+    with why."""
+    f = figures(4, slow=links_of_host(1, 4, 8.0), fraction=0.5)
+    for pair in ((0, 2), (1, 3), (2, 3)):  # hosts 2 and 3 late on two links of their three
+        f.links[pair].latency_s = 20e-6 * late
+    judgement = verdict.first_pass(f)
+    hosts = [(s.hosts, s.measure) for s in judgement.suspects if s.kind == "host"]
+    assert sorted(hosts) == [((1,), "bandwidth"), ((2,), "latency"), ((3,), "latency")], hosts
+    found = retest.confirm(f, judgement)  # no retest ran: no good pair to hold one against
+    named_hosts = [x.hosts for x in found.findings if x.kind == "host"]
+    assert named_hosts == ([(1,), (2,), (3,)] if named else [(1,)]), found
+    assert all(x.text.endswith("to retest it against)") for x in found.findings
+               if x.kind == "host")
+    if not named:
+        assert len(found.cleared) == 2 and all(
+            "but no host judged good was left to retest it against, and one pass under 4x the "
+            "other hosts' latency is not enough to name it" in c for c in found.cleared), \
+            found.cleared
+
+
 # --------------------------------------------------------------------------- what it says
 
 def named_lines(f):
