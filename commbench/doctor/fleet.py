@@ -146,8 +146,9 @@ def first_pass(figures, alpha=ALPHA):
     switches = scores.suspect_switches(figures)
     judgement = Judgement()
     judgement.scores = scores
-    for h, (why, measure) in sorted(verdict.intra_suspects(figures).items()):
-        judgement.suspects.append(Finding("host", (h,), why, intra=True, measure=measure))
+    for h, (why, measure, times) in sorted(verdict.intra_suspects(figures).items()):
+        judgement.suspects.append(Finding("host", (h,), why, intra=True, measure=measure,
+                                          times=times))
     behind = {h: s for s, members in switches.items() for h in members}
     for s, members in sorted(switches.items()):
         cross = statistics.median(scores.cross[h] for h in members if h in scores.cross)

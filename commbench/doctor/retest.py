@@ -170,15 +170,6 @@ def confirm(figures, judgement):
     return judgement
 
 
-def _latency_times(figures, h):
-    """Host h's links' median latency over the other reachable hosts' median of theirs (as the
-    first pass judged it), or None."""
-    scores = {k: figures.host_link_figures(k)[1] for k in range(len(figures.names))
-              if k not in figures.unreachable}
-    mine, others = scores.get(h), [v for k, v in scores.items() if k != h and v is not None]
-    return mine / statistics.median(others) if mine is not None and others else None
-
-
 def _confirm_host(figures, judgement, finding, good_links):
     """A suspect host: named when its retests (against its partners, never over a suspect link)
     are still out of line, beside their control pairs too; else cleared, as noise or as a busy
@@ -189,8 +180,7 @@ def _confirm_host(figures, judgement, finding, good_links):
                 if figures.link(h, g, retest=True) is not None]
     again = [figures.retests[p] for p in retested]
     if not again or not good_links:
-        times = _latency_times(figures, h) if finding.measure == "latency" else None
-        if times is not None and times < 1 / fraction ** 2:
+        if finding.times is not None and finding.times < 1 / fraction ** 2:
             # one pass alone, and latency is what a busy machine moves most: 2 of 40 checks of
             # 4 simulated hosts beside two busy loops named two healthy hosts 2.2-3.5x late
             # this way (benchmarks/doctor_check.py)

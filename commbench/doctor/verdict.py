@@ -62,6 +62,7 @@ class Finding:
     retested: bool = False
     intra: bool = False  # a host found slow among its own ranks (retested the same way)
     measure: str = ""  # what condemned it: "bandwidth" or "latency" ("" for unreachable)
+    times: float | None = None  # a late host's latency over its peers' median, as first judged
     switch: str = ""  # a switch finding's switch (its hosts: `hosts`)
     pairs: list = field(default_factory=list)  # the screen's retests of it
 
@@ -159,8 +160,8 @@ class Figures:
 
 
 def intra_suspects(figures):
-    """{host: (why, measure)} of hosts slow among their own ranks against the other hosts'
-    (every plan's within-host phase)."""
+    """{host: (why, measure, times)} of hosts slow among their own ranks against the other hosts'
+    (every plan's within-host phase); times: a late host's latency over the others' median."""
     fraction = figures.fraction
     reachable = [h for h in range(len(figures.names)) if h not in figures.unreachable]
     suspect_hosts = {}
@@ -171,18 +172,19 @@ def intra_suspects(figures):
             middle = statistics.median(o.busbw_Bps for o in others if o.busbw_Bps)
             suspect_hosts[h] = (f"its ranks' all_reduce bus bandwidth {figures.bw(host.busbw_Bps)}"
                                 f" is {host.busbw_Bps / middle:.2f}x the other hosts' median "
-                                f"{figures.bw(middle)}", "bandwidth")
+                                f"{figures.bw(middle)}", "bandwidth", None)
         elif high(host.latency_s, [o.latency_s for o in others if o.latency_s], fraction):
             middle = statistics.median(o.latency_s for o in others if o.latency_s)
             suspect_hosts[h] = (f"its ranks' small all_reduce takes "
                                 f"{figures.duration(host.latency_s)}, "
                                 f"{host.latency_s / middle:.1f}x the other hosts' median "
-                                f"{figures.duration(middle)}", "latency")
+                                f"{figures.duration(middle)}", "latency",
+                                host.latency_s / middle)
         elif figures.expect_Bps and host.busbw_Bps is not None and \
                 host.busbw_Bps < figures.expect_Bps:
             suspect_hosts[h] = (f"its ranks' all_reduce bus bandwidth {figures.bw(host.busbw_Bps)}"
                                 f" is below the {figures.bw(figures.expect_Bps)} expected",
-                                "bandwidth")
+                                "bandwidth", None)
     return suspect_hosts
 
 
@@ -203,20 +205,21 @@ def first_pass(figures):
             middle = statistics.median(p[0] for p in peers if p[0] is not None)
             suspect_hosts[h] = (f"its links' bandwidth {figures.bw(bw)} (median of "
                                 f"{len(figures.links_of(h))}) is {bw / middle:.2f}x the other "
-                                f"hosts' median {figures.bw(middle)}", "bandwidth")
+                                f"hosts' median {figures.bw(middle)}", "bandwidth", None)
         elif high(lat, [p[1] for p in peers if p[1] is not None], fraction):
             middle = statistics.median(p[1] for p in peers if p[1] is not None)
             suspect_hosts[h] = (f"its links' latency {figures.duration(lat)} (median of "
                                 f"{len(figures.links_of(h))}) is {lat / middle:.1f}x the other "
-                                f"hosts' median {figures.duration(middle)}", "latency")
+                                f"hosts' median {figures.duration(middle)}",
+                                "latency", lat / middle)
         elif figures.expect_Bps and bw is not None and len(reachable) > 2 and all(
                 link.bandwidth is not None and link.bandwidth < figures.expect_Bps
                 for link in figures.links_of(h).values()):
             suspect_hosts[h] = (f"every link of it is below the {figures.bw(figures.expect_Bps)} "
-                                f"expected (median {figures.bw(bw)})", "bandwidth")
-    for h, (why, measure) in suspect_hosts.items():
+                                f"expected (median {figures.bw(bw)})", "bandwidth", None)
+    for h, (why, measure, times) in suspect_hosts.items():
         judgement.suspects.append(Finding("host", (h,), why, intra=why.startswith("its ranks'"),
-                                          measure=measure))
+                                          measure=measure, times=times))
     # A link against both its hosts' other links. One whose host is a suspect too is retested
     # all the same: if the retest clears the host (a slow link drags its hosts' medians), the
     # link still stands; if it names the host, the host explains the link.

@@ -7,12 +7,12 @@ from .. import units
 from .trials import run_period
 
 MATERIAL = lateness.MATERIAL  # a witness's waiting, at least this share of the trials' time
+WITNESSES = {"clock": "the clocks", "call time": "the call times", "not run": "the time not run"}
 
 
 def _why_none(s):
-    words = {"clock": "the clocks", "call time": "the call times", "not run": "the time not run"}
     if s["how"] == "disagree":
-        said = [f"{words[name]} name rank {rank}" for name, (rank, _) in s["witnesses"].items()
+        said = [f"{WITNESSES[name]} name rank {rank}" for name, (rank, _) in s["witnesses"].items()
                 if rank is not None]
         return "the witnesses disagree: " + ", ".join(said)
     if s["how"] == "unconfirmed":
@@ -188,26 +188,24 @@ def _witness_lines(s):
     if many and s["undecided"]:
         lines.append(f"  last to call  {s['undecided']} of {s['trials']} trials: no lead "
                      "beyond the clocks' error (not counted)")
-    for row in [r for r in (s["by_call"] or [])[:1] if r["caused_s"] > 0] if many else []:
-        index = s["ranks"].index(row["rank"])
-        mark = _mark(s, "call time", row["rank"])
-        lines.append(f"  shortest call rank {row['rank']} on {s['hosts'][index]}: "
-                     f"{row['shortest']} of {s['trials']} trials, the others waited "
-                     f"{units.duration(row['caused_s'])} in all for it{mark}")
-    for row in [r for r in (s["by_stopped"] or [])[:1] if r["caused_s"] > 0] if many else []:
-        index = s["ranks"].index(row["rank"])
-        mark = _mark(s, "not run", row["rank"])
-        lines.append(f"  not run       rank {row['rank']} on {s['hosts'][index]}: the longest "
-                     f"in {row['longest']} of {s['trials']} trials, "
-                     f"{units.duration(row['caused_s'])} in all beyond the others{mark}")
+    leads = (("by_call", "call time", "shortest call", lambda r: (
+                 f"{r['shortest']} of {s['trials']} trials, the others waited "
+                 f"{units.duration(r['caused_s'])} in all for it")),
+             ("by_stopped", "not run", "not run      ", lambda r: (
+                 f"the longest in {r['longest']} of {s['trials']} trials, "
+                 f"{units.duration(r['caused_s'])} in all beyond the others")))
+    for key, witness, label, said in leads if many else ():
+        lead = (s[key] or [None])[0]  # the rank the witness puts first, if it caused any wait
+        if lead is not None and lead["caused_s"] > 0:
+            host = s["hosts"][s["ranks"].index(lead["rank"])]
+            lines.append(f"  {label} rank {lead['rank']} on {host}: {said(lead)}"
+                         f"{_mark(s, witness, lead['rank'])}")
     if not many:
         lines.append("  last to call  - (one rank: no arrivals to compare)")
     elif s["straggler"] is None:
         lines.append(f"  straggler     none ({_why_none(s)})")
     else:
-        words = {"clock": "the clocks", "call time": "the call times",
-                 "not run": "the time not run"}
-        how = " and ".join(words[name] for name in s["how"].split(" and "))
+        how = " and ".join(WITNESSES[name] for name in s["how"].split(" and "))
         lines.append(f"  straggler     rank {s['straggler']} (named by {how})")
     return lines
 
