@@ -14,9 +14,15 @@ each case (`--cases`: healthy, slow host, slow link).
     .venv/bin/python benchmarks/doctor_check.py --hosts 3 --per-host 2 --repeat 20 \
         --cases healthy --busy 2 -- --large-bytes=4M --trials=10 --repeat=3
 
+    .venv/bin/python benchmarks/doctor_check.py --busy 2 --repeat 20 \
+        --tests tests/test_doctor.py::test_a_slow_link_is_named_and_neither_of_its_hosts
+
 (the third: two CPU-bound loops beside every check, a host capped at half of the healthy
-checks' median pair bandwidth, measured beside the same loops; the last: tests/test_doctor.py's
-healthy 3 hosts of 2 ranks, 20 times beside two busy loops, with the tests' own flags)
+checks' median pair bandwidth, measured beside the same loops; the fourth: tests/test_doctor.py's
+healthy 3 hosts of 2 ranks, 20 times beside two busy loops, with the tests' own flags; the last:
+a test itself, its exact assertions on the verdict and all, 20 times beside two busy loops:
+`--tests` takes pytest node ids, comma-separated, and prints each run's outcome and each
+test's count of passes)
 
 Prints one line per check and a summary per host count; benchmarks/doctor-results.md keeps
 what it printed.
@@ -99,10 +105,15 @@ def main():
     parser.add_argument("--cases", default="healthy,slow host,slow link",
                         help="comma-separated, of: healthy, slow host, slow link, slow uplink "
                              "(switch 1's, with --per-switch)")
+    parser.add_argument("--tests", default="", metavar="IDS",
+                        help="pytest node ids, comma-separated: run each test --repeat times "
+                             "(beside --busy loops) instead of the checks above")
     parser.add_argument("doctor_args", nargs="*", help="flags for doctor.py (after --)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("doctor_check: simulated hosts need root")
+    if args.tests:
+        return run_tests(args)
     out = Path(tempfile.mkdtemp()) / "doctor.jsonl"
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines()
@@ -124,6 +135,35 @@ def main():
         for loop in loops:
             loop.kill()
             loop.wait()
+
+
+def run_tests(args):
+    """Each test of --tests, --repeat times in turn, beside --busy loops: a line a run (its
+    outcome, seconds, and a failure's first assertion line) and each test's passes."""
+    ids = [i.strip() for i in args.tests.split(",") if i.strip()]
+    loops = busy_loops(args.busy)
+    print(f"# {len(loops)} busy loop(s) beside every run (python -c 'while True: pass')")
+    passed = {i: 0 for i in ids}
+    try:
+        for test in ids:
+            for k in range(args.repeat):
+                started = time.monotonic()
+                result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly",
+                                         "-p", "no:cacheprovider", test], cwd=ROOT,
+                                        capture_output=True, text=True)
+                seconds = time.monotonic() - started
+                passed[test] += result.returncode == 0
+                why = next((line for line in result.stdout.splitlines()
+                            if line.startswith("E ")), "")
+                print(f"{test.rsplit('::', 1)[-1]}  run {k + 1}  {seconds:6.1f} s  "
+                      f"{'passed' if result.returncode == 0 else 'FAILED'}  {why[:200]}",
+                      flush=True)
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    for test in ids:
+        print(f"{test}: {passed[test]}/{args.repeat} passed", flush=True)
 
 
 def each_count(count, args, plans, cases, out):

@@ -4,6 +4,12 @@ the time of each test file, and each part's wall time. Printed at the end of `ma
 drift shows; docs/testing.md quotes it.
 
     python scripts/test-times.py .test-results/*.xml [--slowest 30]
+
+--order FILE writes the order in which make test's first part hands its files to the workers
+(tests/file-order.txt, which tests/conftest.py reads): the parallel part's files, longest first.
+Re-derive it from a clean CI run's times when files have grown or moved:
+
+    python scripts/test-times.py .test-results/parallel.xml --order tests/file-order.txt
 """
 
 import argparse
@@ -17,6 +23,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     parser.add_argument("files", nargs="+")
     parser.add_argument("--slowest", type=int, default=30)
+    parser.add_argument("--order", metavar="FILE",
+                        help="write the files longest first, one a line, to FILE")
     args = parser.parse_args(argv)
     tests, parts = [], []
     for name in args.files:
@@ -43,6 +51,11 @@ def main(argv=None):
     print("\n---- time per test file (tests)")
     for path, (seconds, count) in sorted(files.items(), key=lambda item: -item[1][0]):
         print(f"{seconds:8.1f} s  {count:4d}  {path}")
+    if args.order:
+        order = sorted(files.items(), key=lambda item: -item[1][0])
+        Path(args.order).write_text(
+            "# make test's first part: its files longest first (scripts/test-times.py --order)\n"
+            + "".join(f"{Path(path).name}  {seconds:.0f} s\n" for path, (seconds, _) in order))
     print("\n---- parts (wall time)")
     for name, seconds, count in parts:
         print(f"{seconds:8.1f} s  {count:4d} tests  {name}")

@@ -12,21 +12,12 @@ from support import SIM_HOSTS, launch, require_root, sim_host_names
 
 # make test's first part runs files three at a time (pytest-xdist, --dist loadfile: a file is
 # one unit of work, handed to whichever worker is free, in collection order). The longest
-# first, so that no worker starts a long file when the others are nearly done: measured in a
-# clean CI run (scripts/test-times.py, 2026-12-07), each of these takes 15-110 s of a worker;
-# the rest, a few seconds to 15, follow in their own order. A file missing here runs late: a
-# new long one goes in its place.
-LONGEST_FIRST = ("test_docs_examples.py", "test_gpu_check.py", "test_trials.py", "test_package.py",
-                 "test_groups.py", "test_memory.py", "test_report_html.py",
-                 "test_many_hosts_mpi.py", "test_io_faults.py", "test_sweeps_and_ops.py",
-                 "test_launchers.py", "test_output_stats.py", "test_replay.py",
-                 "test_parallel_bench.py", "test_hardening.py", "test_doctor.py", "test_scan.py",
-                 "test_mpi_slurm.py", "test_property.py", "test_ds_config.py",
-                 "test_many_hosts_slurm.py", "test_ccl.py", "test_first_hour.py", "test_docs.py",
-                 "test_check.py", "test_options.py", "test_report_slips.py", "test_torch_alone.py",
-                 "test_overlap_buckets.py", "test_sweep_limits.py", "test_performance.py",
-                 "test_errors.py", "test_precision.py", "test_traffic.py",
-                 "test_report_strategy.py")
+# first, so that no worker starts a long file when the others are nearly done: the order in
+# file-order.txt, written from a clean CI run's times by scripts/test-times.py --order. A file
+# missing there (a new one) runs last, in its own order.
+LONGEST_FIRST = [line.split()[0] for line in
+                 (Path(__file__).parent / "file-order.txt").read_text().splitlines()
+                 if line.strip() and not line.startswith("#")]
 
 
 def pytest_collection_modifyitems(items):

@@ -16,10 +16,9 @@ import pytest
 
 from support import ROOT, base_env, free_port, launch, parse_tables
 
-# Run alone (make test's second part): /dev/shm's leftovers are the machine's, not the test's; the
-# build's test times a line, and its build keeps both cores busy for most of a minute (in
-# directories of its own). The lock's test, in a directory of its own too, mostly waits out its
-# --timeout: it runs beside the others.
+# Run alone (make test's second part): /dev/shm's leftovers are the machine's, not the test's. The
+# build's test (in directories of its own, its one assertion on time a ratio of two of its own
+# lines' times) and the lock's (which mostly waits out its --timeout) run beside the others.
 serial = pytest.mark.serial
 
 OP = "deepspeed_shm_comm"
@@ -69,7 +68,6 @@ def _lines_as_they_come(extensions, folder, stop_at=None, before_the_kill=None):
     return process.returncode, lines, stdout.read_text()
 
 
-@serial
 def test_a_build_says_so_as_it_starts_and_one_killed_midway_does_not_stop_the_next_run(tmp_path):
     """Issue 53: DeepSpeed's build says so within 5 s of the start, in an empty
     TORCH_EXTENSIONS_DIR and in one that holds a build made by another venv (which torch
@@ -78,8 +76,9 @@ def test_a_build_says_so_as_it_starts_and_one_killed_midway_does_not_stop_the_ne
     behind; the same command again removes it with one note, builds, says so and how long it
     took, and measures; the next loads the op and says nothing. (Were the compilers left
     running, the next run would wait for them first: they work in the build directory, so
-    the lock is still held.) One build to its end, not one per behaviour: a build is most of
-    a minute of CPU. Serial: it times a line."""
+    the lock is still held.) One build to its end, not one per behaviour, and of one of the
+    op's two sources: each is half a minute of a core here (g++ -O2 over torch's headers),
+    and what is said and done around a build does not depend on how much ninja compiles."""
     from commbench.ranks import builds
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -92,14 +91,17 @@ def test_a_build_says_so_as_it_starts_and_one_killed_midway_does_not_stop_the_ne
                            f"into {empty}: about a minute"), lines
     assert not [p.name for p in empty.rglob("*") if p.suffix in (".o", ".so")], lines
 
-    # another venv's build: this venv's own, its build file's paths moved to another venv's and
-    # ninja's record of the commands it ran gone (they were that venv's: ninja rebuilds all)
+    # another venv's build: this venv's own, its build file's paths moved to another venv's
+    # (which is what the suite reads) and one of its two objects gone. Ninja's record of the
+    # commands it ran is kept: once torch has written this venv's build file again, ninja
+    # compiles the missing object and links, where another venv's record would make it
+    # compile both.
     own = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path(sys.prefix) / "torch_extensions")
     if not (own / OP / f"{OP}.so").exists():
         pytest.skip(f"this venv has no build of {OP} to copy (make ops builds it)")
     other = tmp_path / "other"
-    shutil.copytree(own / OP, other / OP,
-                    ignore=shutil.ignore_patterns("lock", ".ninja_log", ".ninja_deps"))
+    shutil.copytree(own / OP, other / OP, ignore=shutil.ignore_patterns("lock"))
+    (other / OP / "shm.o").unlink()
     ninja, lock, library = other / OP / "build.ninja", other / OP / "lock", other / OP / f"{OP}.so"
     text = ninja.read_text()
     prefix = re.search(r"(\S+)/lib/python[^/]+/site-packages/torch/include", text).group(1)
