@@ -158,6 +158,11 @@ def run_tests(args):
                 print(f"{test.rsplit('::', 1)[-1]}  run {k + 1}  {seconds:6.1f} s  "
                       f"{'passed' if result.returncode == 0 else 'FAILED'}  {why[:200]}",
                       flush=True)
+                if result.returncode != 0:  # pytest's report: the assertion, stdout, stderr
+                    kept = Path(tempfile.gettempdir()) / \
+                        f"doctor-check-{test.rsplit('::', 1)[-1]}-{k + 1}.txt"
+                    kept.write_text(result.stdout + result.stderr)
+                    print(f"    (its report: {kept})", flush=True)
     finally:
         for loop in loops:
             loop.kill()

@@ -20,8 +20,9 @@ from support import (BIN, ROOT, SIM_HOSTS, base_env, finish, free_port, launch, 
 # checks (under each launcher), which hold their figures against nothing that load could move (no
 # other host, an earlier check at 1 B/s); the hosts lost at once, which asserts who is unreachable, why and when,
 # and lets load name a live host slow (it is then excluded as a suspect, not as lost); and the
-# healthy 3 hosts of 2 ranks and the screen of 3 with one slow, each exact in 20 of 20 checks
-# beside two busy loops (benchmarks/doctor_check.py, 2026-12-07; more load than a neighbour's).
+# healthy 3 hosts of 2 ranks, the screen of 3 with one slow, the slow link and the fleet at and
+# below its bound, each exact in 20 of 20 checks beside two busy loops (benchmarks/doctor_check.py,
+# 2026-12-07; more load than a neighbour's; the last two as `--tests`, the tests themselves).
 serial = pytest.mark.serial
 
 # Small enough that a slowed link (200 Mbit: 0.17 s a message) keeps a check short.
@@ -198,7 +199,6 @@ def test_a_screen_of_three_hosts_runs_the_full_plan_and_names_the_slow_one(hosts
     assert "(.: a pair the screen did not measure)" not in stdout
 
 
-@serial
 def test_a_slow_link_is_named_and_neither_of_its_hosts(hosts, tmp_path):
     name, subnet = hosts(4)
     slow_link(name, subnet, 1, 2)
@@ -544,7 +544,6 @@ def test_a_peak_file_with_an_unknown_op_is_one_line(tmp_path):
     assert line.startswith(f"commbench: error: {expected}:2: unknown op 'send'"), line
 
 
-@serial
 def test_a_fleet_alike_is_healthy_at_its_bound_and_named_below_it(hosts, tmp_path):
     """Every host capped at 1 Gbit (alike: healthy by its peers). --peak 1gbit: healthy, every
     link at ~0.95 of it; --peak 4gbit: the whole fleet named below its bound, exit 1, nothing to

@@ -290,6 +290,35 @@ def test_a_late_host_nothing_can_retest_is_named_only_when_far_out_of_line(late,
             found.cleared
 
 
+@pytest.mark.parametrize("late,named", [(3.0, False), (5.0, True)])
+def test_a_late_retest_with_no_control_beside_it_names_only_when_far_out_of_line(late, named):
+    """4 hosts: host 1 slow (its links at 8 Gbps), host 2 late on two links of three in the
+    first pass, so hosts 0 and 3 alone are judged good and no control pair is left to measure
+    beside the retests. Host 2's retests against 0 and 3 are `late`x the good link's latency:
+    named only past the squared bar (4x at --min-fraction 0.5), else cleared with why; the slow
+    host is named by its bandwidth all the same."""
+    f = figures(4, slow=links_of_host(1, 4, 8.0), fraction=0.5)
+    for pair in ((0, 2), (2, 3)):
+        f.links[pair].latency_s = 20e-6 * 3
+    judgement = verdict.first_pass(f)
+    hosts = sorted((s.hosts, s.measure) for s in judgement.suspects if s.kind == "host")
+    assert hosts == [((1,), "bandwidth"), ((2,), "latency")], hosts
+    f.retests = {pair: Link(latency_s=20e-6 * (late if 2 in pair else 1),
+                            forward_Bps=(8.0 if 1 in pair else 80.0) * GBPS,
+                            backward_Bps=(8.0 if 1 in pair else 80.0) * GBPS)
+                 for pair in retest.retest_pairs(f, judgement)}
+    assert all(len(r) == 1 for r in retest.retest_rounds(f, judgement))  # no control: none left
+    found = retest.confirm(f, judgement)
+    assert [x.hosts for x in found.findings if x.kind == "host"] == \
+        ([(1,), (2,)] if named else [(1,)]), found
+    if not named:
+        (cleared,) = found.cleared
+        assert cleared.startswith("host n2 was slow in the first pass (its links' latency") and \
+            "and late when retested against n0, n3 (60.0 us), but with no pair measured beside " \
+            "the retest to say the machine was quiet, under 4x the good hosts' latency is not " \
+            "enough to name it" in cleared, cleared
+
+
 # --------------------------------------------------------------------------- what it says
 
 def named_lines(f):
