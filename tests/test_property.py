@@ -20,6 +20,7 @@ many.
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -285,21 +286,26 @@ def _small_disk(folder):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def _stale_lock():
-    """The lock a killed build of DeepSpeed's shm op leaves, in the build directory the ranks
-    use (the venv's, support.base_env): a file nobody holds."""
-    directory = Path(base_env()["TORCH_EXTENSIONS_DIR"]) / "deepspeed_shm_comm"
-    directory.mkdir(parents=True, exist_ok=True)
-    lock = directory / "lock"
+def _stale_lock(folder):
+    """The lock a killed build of DeepSpeed's shm op leaves, a file nobody holds, in a build
+    directory of the test's own: a copy of the venv's (support.base_env), which the ranks are
+    given (TORCH_EXTENSIONS_DIR), so that no other test's run meets it or removes it first.
+    Returns (the lock, the directory)."""
+    own = Path(base_env()["TORCH_EXTENSIONS_DIR"]) / "deepspeed_shm_comm"
+    extensions = folder / "extensions"
+    if own.is_dir():  # built by the cgroup fixture's run; ninja finds the copy up to date
+        shutil.copytree(own, extensions / own.name, ignore=shutil.ignore_patterns("lock"))
+    (extensions / own.name).mkdir(parents=True, exist_ok=True)
+    lock = extensions / own.name / "lock"
     lock.touch()
-    return lock
+    return lock, extensions
 
 
 def run_faulted(script, world_size, flags, switches, fault, folder, server, no_ccl):
     """Start the ranks, make the fault once rank 0 printed its first row, wait for every rank.
     Returns ([(stdout, stderr, status) per rank], the results path, the stale lock or None)."""
     port = free_port()
-    lock = _stale_lock() if fault == "stale lock" else None
+    lock, extensions = _stale_lock(folder) if fault == "stale lock" else (None, None)
     with contextlib.ExitStack() as stack:
         where = stack.enter_context(_small_disk(folder)) if fault == "full disk" else folder
         args = [sys.executable, script] + [f"{k}={where / v if k == '--output' else v}"
@@ -308,6 +314,8 @@ def run_faulted(script, world_size, flags, switches, fault, folder, server, no_c
         procs = []
         for rank in range(world_size):
             env = base_env(MASTER_PORT=str(port), PYTHONPATH=no_ccl)
+            if extensions is not None:
+                env["TORCH_EXTENSIONS_DIR"] = str(extensions)
             if world_size > 1:
                 env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                            LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1")
@@ -353,11 +361,7 @@ def run_faulted(script, world_size, flags, switches, fault, folder, server, no_c
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                  HealthCheck.data_too_large])
 @given(example=faulted_runs())
-# The stale lock is planted in the build directory every --dist deepspeed run of the suite
-# loads from: beside another test (make test's first part) that run would remove it first, so
-# this fault runs in the serial part.
-@pytest.mark.parametrize("fault", [pytest.param(f, marks=pytest.mark.serial)
-                                   if f == "stale lock" else f for f in FAULTS])
+@pytest.mark.parametrize("fault", FAULTS)
 def test_random_command_lines_under_faults(server, no_ccl, tmp_path_factory, fault, example):
     script, world_size, flags, switches = example
     # Derandomized examples are the same for every fault: turn the world size and the script
