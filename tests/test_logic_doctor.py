@@ -285,8 +285,9 @@ def test_a_late_host_nothing_can_retest_is_named_only_when_far_out_of_line(late,
                if x.kind == "host")
     if not named:
         assert len(found.cleared) == 2 and all(
-            "but no host judged good was left to retest it against, and one pass under 4x the "
-            "other hosts' latency is not enough to name it" in c for c in found.cleared), \
+            "not retested: no host judged good, over a link not itself suspect, to retest it "
+            "against, and one pass short of 4x the other hosts' latency is not enough to name "
+            "it" in c for c in found.cleared), \
             found.cleared
 
 
@@ -317,6 +318,59 @@ def test_a_late_retest_with_no_control_beside_it_names_only_when_far_out_of_line
             "and late when retested against n0, n3 (60.0 us), but with no pair measured beside " \
             "the retest to say the machine was quiet, under 4x the good hosts' latency is not " \
             "enough to name it" in cleared, cleared
+
+
+@pytest.mark.parametrize("late,named", [(3.0, False), (5.0, True)])
+def test_late_hosts_whose_good_hosts_share_only_a_slow_link_are_retested_by_its_latency(
+        late, named):
+    """4 hosts, the link between hosts 0 and 1 at 4 Gbps of 80, hosts 2 and 3 late on two of
+    their three links in the first pass: the good hosts are 0 and 1, whose one link is a suspect
+    of bandwidth. Its latency is on time, so it is the yardstick of hosts 2's and 3's retests
+    against 0 and 1, held to the squared bar (no control pair is left): `late`x is named only
+    past 4x, else cleared with why; the slow link is named all the same. (A clean CI run named
+    healthy hosts 3 and 4 of 4 beside a slow link between 1 and 2: with no good link left, their
+    first pass alone had named them.)"""
+    f = figures(4, slow={(0, 1): 4.0}, fraction=0.5)
+    for pair in ((0, 2), (1, 3), (2, 3)):
+        f.links[pair].latency_s = 20e-6 * 5
+    judgement = verdict.first_pass(f)
+    assert sorted((s.hosts, s.measure) for s in judgement.suspects) == \
+        [((0, 1), "bandwidth"), ((2,), "latency"), ((3,), "latency")], judgement.suspects
+    f.retests = {pair: Link(latency_s=20e-6 * (late if pair != (0, 1) else 1),
+                            forward_Bps=(4.0 if pair == (0, 1) else 80.0) * GBPS,
+                            backward_Bps=(4.0 if pair == (0, 1) else 80.0) * GBPS)
+                 for pair in retest.retest_pairs(f, judgement)}
+    assert set(f.retests) == {(0, 1), (0, 2), (1, 2), (0, 3), (1, 3)}
+    found = retest.confirm(f, judgement)
+    assert [x.hosts for x in found.findings] == \
+        ([(2,), (3,), (0, 1)] if named else [(0, 1)]), found
+    if named:
+        assert "; retested against n0, n1: 80 Gbps" in found.findings[0].text, found.findings
+    else:
+        assert len(found.cleared) == 2 and all(
+            "but with no pair measured beside the retest to say the machine was quiet, under 4x "
+            "the good hosts' latency is not enough to name it" in c for c in found.cleared), \
+            found.cleared
+
+
+@pytest.mark.parametrize("gbps,named", [(14.0, False), (6.0, True)])
+def test_a_slow_host_no_partner_retested_is_named_only_when_far_out_of_line(gbps, named):
+    """3 hosts, host 2's links at `gbps` of 80 in the first pass (0.30x and 0.14x the other
+    hosts' medians), and no retest of it came back (its partners lost): its first pass alone
+    names it only past the squared bar (0.25x at --min-fraction 0.5), else it is cleared with
+    why."""
+    f = figures(3, slow=links_of_host(2, 3, gbps), fraction=0.5)
+    judgement = verdict.first_pass(f)
+    assert [(s.hosts, s.measure) for s in judgement.suspects] == [((2,), "bandwidth")]
+    found = retest.confirm(f, judgement)  # f.retests: none
+    assert [x.hosts for x in found.findings] == ([(2,)] if named else []), found
+    if named:
+        assert found.findings[0].text.endswith("(not retested: no host judged good, over a "
+                                               "link not itself suspect, to retest it against)")
+    else:
+        (cleared,) = found.cleared
+        assert "one pass short of 0.25x the other hosts' bandwidth is not enough to name it" \
+            in cleared, cleared
 
 
 # --------------------------------------------------------------------------- what it says

@@ -155,13 +155,19 @@ def confirm(figures, judgement):
     judgement.suspects.sort(key=lambda f: f.kind != "host")
     good = good_hosts(figures, judgement)
     avoid = suspect_links(judgement)
-    good_links = [lk for (i, j), lk in figures.links.items()
-                  if i in good and j in good and (i, j) not in avoid]
+    late_links = {tuple(sorted(f.hosts)) for f in judgement.suspects
+                  if f.kind == "link" and f.measure == "latency"}
+    between = [((i, j), lk) for (i, j), lk in figures.links.items() if i in good and j in good]
+    # the yardsticks: for bandwidth, the links between good hosts that are no suspect; for
+    # latency, also one suspect of bandwidth alone (a link capped in rate is not late: with 4
+    # hosts, two late suspects and a slow link between the other two, it is the only one left)
+    good_links = [lk for pair, lk in between if pair not in avoid]
+    on_time = [lk for pair, lk in between if pair not in late_links]
     for finding in judgement.suspects:
         if finding.kind == "host" and finding.intra:
             confirm_intra(figures, judgement, finding)
         elif finding.kind == "host":
-            _confirm_host(figures, judgement, finding, good_links)
+            _confirm_host(figures, judgement, finding, good_links, on_time)
         else:
             _confirm_link(figures, judgement, finding)
     for h in sorted(figures.unreachable):
@@ -170,34 +176,70 @@ def confirm(figures, judgement):
     return judgement
 
 
-def _confirm_host(figures, judgement, finding, good_links):
+def squared(fraction):
+    """The bar for a figure that nothing measured at the same time vouches for: fraction**2 of
+    the peers' bandwidth, or their latency / fraction**2 (4x at the default --min-fraction).
+    Latency is what a busy machine moves most, and one pass or an uncontrolled retest is one
+    moment of it: beside two busy loops, 2 of 40 checks of 4 simulated hosts named healthy hosts
+    2.2-3.5x late on one pass, and 1 of 20 of 4 hosts with one slow named a second, healthy host
+    late on a retest with no control beside it (benchmarks/doctor_check.py)."""
+    return fraction ** 2
+
+
+def _far_out(finding, fraction):
+    """Whether a suspect host's first pass is past the squared bar (True for a host below
+    --expect-gbps, which no peer decides)."""
+    if finding.times is None:
+        return True
+    if finding.measure == "latency":
+        return finding.times >= 1 / squared(fraction)
+    return finding.times <= squared(fraction)
+
+
+def _unjudged(figures, judgement, finding, names):
+    """A suspect host with no retest to judge it by (no partner answered), or none to hold its
+    retests against (no link between two hosts judged good: 3 hosts with one suspect, or 4 with
+    a second suspect or a suspect link): named on its first pass only past the squared bar, else
+    cleared with the reason. In a clean CI run, 4 hosts with a slow link between hosts 1 and 2
+    named healthy hosts 3 and 4 this way (bandwidth suspects beside make test's neighbours, no
+    good link left), before the bar held bandwidth too."""
+    fraction = figures.fraction
+    (h,) = finding.hosts
+    against = (f"retested against {names}, but no link between two hosts judged good was left "
+               "to hold the retest against" if names else
+               "not retested: no host judged good, over a link not itself suspect, to retest it "
+               "against")
+    if _far_out(finding, fraction):
+        finding.text += f" ({against})"
+        judgement.findings.append(finding)
+        return
+    what = "late" if finding.measure == "latency" else "slow"
+    bar = (f"{1 / squared(fraction):.0f}x the other hosts' latency" if what == "late" else
+           f"{squared(fraction):.2f}x the other hosts' bandwidth")
+    judgement.cleared.append(
+        f"host {figures.names[h]} was {what} in the first pass ({finding.text}), {against}, "
+        f"and one pass short of {bar} is not enough to name it (run the check again, on more "
+        "hosts or a quieter machine)")
+
+
+def _confirm_host(figures, judgement, finding, good_links, on_time):
     """A suspect host: named when its retests (against its partners, never over a suspect link)
     are still out of line, beside their control pairs too; else cleared, as noise or as a busy
-    machine."""
+    machine. `good_links`: the first pass's links between good hosts that are no suspect (the
+    bandwidth yardstick); `on_time`: those and the ones suspect of bandwidth alone (latency's)."""
     fraction = figures.fraction
     (h,) = finding.hosts
     retested = [(min(h, g), max(h, g)) for g in partners(figures, judgement, h)
                 if figures.link(h, g, retest=True) is not None]
-    again = [figures.retests[p] for p in retested]
-    if not again or not good_links:
-        if finding.times is not None and finding.times < 1 / fraction ** 2:
-            # one pass alone, and latency is what a busy machine moves most: 2 of 40 checks of
-            # 4 simulated hosts beside two busy loops named two healthy hosts 2.2-3.5x late
-            # this way (benchmarks/doctor_check.py)
-            judgement.cleared.append(
-                f"host {figures.names[h]} was late in the first pass ({finding.text}), but no "
-                "host judged good was left to retest it against, and one pass under "
-                f"{1 / fraction ** 2:.0f}x the other hosts' latency is not enough to name it "
-                "(run the check again, on more hosts or a quieter machine)")
-            return
-        finding.text += (" (not retested: no host judged good, over a link not itself "
-                         "suspect, to retest it against)")
-        judgement.findings.append(finding)
+    names = ", ".join(figures.names[b if a == h else a] for a, b in retested)
+    if not retested or not (on_time if finding.measure == "latency" else good_links):
+        _unjudged(figures, judgement, finding, names)
         return
+    again = [figures.retests[p] for p in retested]
     bws = [lk.bandwidth for lk in again if lk.bandwidth is not None]
     lats = [lk.latency_s for lk in again if lk.latency_s is not None]
     ref_bw = [lk.bandwidth for lk in good_links if lk.bandwidth is not None]
-    ref_lat = [lk.latency_s for lk in good_links if lk.latency_s is not None]
+    ref_lat = [lk.latency_s for lk in on_time if lk.latency_s is not None]
     bw = statistics.median(bws) if bws else None
     lat = statistics.median(lats) if lats else None
     # late in every retest, each at its interval's low end (a pair's latency is out of
@@ -206,45 +248,34 @@ def _confirm_host(figures, judgement, finding, good_links):
                  for lk in again if lk.latency_s is not None), default=None)
     slow = bool(bws and ref_bw and bw < fraction * statistics.median(ref_bw))
     controls, control_words = _controls(figures, retested)
-    # Latency is what a busy machine moves most. Without a control pair measured beside the
-    # retest (3 hosts, or 4 with two suspects: no two good hosts left to pair), nothing of that
-    # moment says the machine was quiet: a retest is late only past the squared bar (4x the
-    # good links' latency at the default --min-fraction), as one pass is above. Beside two busy
-    # loops, 1 of 20 checks of 4 hosts with one slow named a second, healthy host without it
-    # (benchmarks/doctor_check.py --tests, 2026-12-07).
-    late_bar = fraction if controls else fraction ** 2
-    late = bool(lats and ref_lat and least > statistics.median(ref_lat) / late_bar)
-    uncontrolled = not late and not controls and bool(
-        lats and ref_lat and least > statistics.median(ref_lat) / fraction)
+    # without a control pair beside the retest (3 hosts, or 4 with two suspects), nothing of
+    # that moment says the machine was quiet: a late retest is held to the squared bar
+    late_by = least * fraction / statistics.median(ref_lat) if lats and ref_lat else 0.0
+    late_bar = 1 if controls else fraction / squared(fraction)
+    late = late_by > late_bar
     still = (slow and _beside("bandwidth", bw, controls, fraction)) or \
         (late and _beside("latency", least, controls, fraction)) or \
         (finding.measure == "bandwidth" and
          _below_controls(figures, retested, good_links))
-    names = ", ".join(figures.names[b if a == h else a] for a, b in retested)
+    measured = f"{figures.bw(bw) if bws else '-'}, {figures.duration(lat) if lats else '-'}"
+    first = f"host {figures.names[h]} was slow in the first pass ({finding.text})"
     if still:
         finding.retested = True
-        finding.text += (f"; retested against {names}: "
-                         f"{figures.bw(bw) if bws else '-'}, "
-                         f"{figures.duration(lat) if lats else '-'}" +
+        finding.text += (f"; retested against {names}: {measured}" +
                          (f" (at the same time, {control_words})" if controls else ""))
         judgement.findings.append(finding)
-    elif uncontrolled and not slow:
+    elif late_by > 1 and not controls and not slow:
         judgement.cleared.append(
-            f"host {figures.names[h]} was slow in the first pass ({finding.text}) and late when "
-            f"retested against {names} ({figures.duration(lat)}), but with no pair measured "
-            f"beside the retest to say the machine was quiet, under {1 / late_bar:.0f}x the good "
-            "hosts' latency is not enough to name it (run the check again, on more hosts or a "
-            "quieter machine)")
+            f"{first} and late when retested against {names} ({figures.duration(lat)}), but "
+            "with no pair measured beside the retest to say the machine was quiet, under "
+            f"{1 / squared(fraction):.0f}x the good hosts' latency is not enough to name it "
+            "(run the check again, on more hosts or a quieter machine)")
     elif slow or late:
         judgement.cleared.append(
-            f"host {figures.names[h]} was slow in the first pass ({finding.text}) and "
-            f"when retested ({figures.bw(bw) if bws else '-'}, "
-            f"{figures.duration(lat) if lats else '-'}) but not against {names} beside the "
-            f"pairs measured at the same time ({control_words}): the machine was busy, "
-            "not the host")
+            f"{first} and when retested ({measured}) but not against {names} beside the pairs "
+            f"measured at the same time ({control_words}): the machine was busy, not the host")
     else:
-        judgement.cleared.append(f"host {figures.names[h]} was slow in the first pass "
-                                 f"({finding.text}) but not against {names}: noise")
+        judgement.cleared.append(f"{first} but not against {names}: noise")
 
 
 def _confirm_link(figures, judgement, finding):

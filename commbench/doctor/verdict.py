@@ -62,7 +62,9 @@ class Finding:
     retested: bool = False
     intra: bool = False  # a host found slow among its own ranks (retested the same way)
     measure: str = ""  # what condemned it: "bandwidth" or "latency" ("" for unreachable)
-    times: float | None = None  # a late host's latency over its peers' median, as first judged
+    # a suspect host's figure over its peers' median, as first judged: its latency (over 1) or
+    # its bandwidth (under 1); None for one below --expect-gbps, whatever its peers do
+    times: float | None = None
     switch: str = ""  # a switch finding's switch (its hosts: `hosts`)
     pairs: list = field(default_factory=list)  # the screen's retests of it
 
@@ -161,7 +163,8 @@ class Figures:
 
 def intra_suspects(figures):
     """{host: (why, measure, times)} of hosts slow among their own ranks against the other hosts'
-    (every plan's within-host phase); times: a late host's latency over the others' median."""
+    (every plan's within-host phase); times: the host's bandwidth or latency over the others'
+    median (Finding.times)."""
     fraction = figures.fraction
     reachable = [h for h in range(len(figures.names)) if h not in figures.unreachable]
     suspect_hosts = {}
@@ -172,7 +175,7 @@ def intra_suspects(figures):
             middle = statistics.median(o.busbw_Bps for o in others if o.busbw_Bps)
             suspect_hosts[h] = (f"its ranks' all_reduce bus bandwidth {figures.bw(host.busbw_Bps)}"
                                 f" is {host.busbw_Bps / middle:.2f}x the other hosts' median "
-                                f"{figures.bw(middle)}", "bandwidth", None)
+                                f"{figures.bw(middle)}", "bandwidth", host.busbw_Bps / middle)
         elif high(host.latency_s, [o.latency_s for o in others if o.latency_s], fraction):
             middle = statistics.median(o.latency_s for o in others if o.latency_s)
             suspect_hosts[h] = (f"its ranks' small all_reduce takes "
@@ -205,7 +208,7 @@ def first_pass(figures):
             middle = statistics.median(p[0] for p in peers if p[0] is not None)
             suspect_hosts[h] = (f"its links' bandwidth {figures.bw(bw)} (median of "
                                 f"{len(figures.links_of(h))}) is {bw / middle:.2f}x the other "
-                                f"hosts' median {figures.bw(middle)}", "bandwidth", None)
+                                f"hosts' median {figures.bw(middle)}", "bandwidth", bw / middle)
         elif high(lat, [p[1] for p in peers if p[1] is not None], fraction):
             middle = statistics.median(p[1] for p in peers if p[1] is not None)
             suspect_hosts[h] = (f"its links' latency {figures.duration(lat)} (median of "
