@@ -20,6 +20,9 @@
 #   scripts/sim-hosts.sh slow-uplink NAME K RATE   switch K's uplink, both ways (all its
 #                                             hosts' traffic to the other switches shares it)
 #   scripts/sim-hosts.sh topology NAME        the switches as Slurm's topology.conf (--topology)
+#   scripts/sim-hosts.sh sweep [MINUTES]      remove what killed runs left: every set brought
+#                                             up over MINUTES ago (default 30) in which no
+#                                             process runs (make test does, as it starts)
 #
 # NAME: up to 8 letters and digits (interface names are short); make it unique per use.
 # Traffic stays between the hosts on their bridge; nothing is routed anywhere else.
@@ -27,7 +30,7 @@ set -u
 STATE_ROOT=${COMMBENCH_HOSTS_DIR:-/tmp/commbench-hosts}
 
 usage() {
-    sed -n '6,20p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '9,25p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -173,7 +176,32 @@ topology() {
     echo "SwitchName=spine Switches=s[1-$k]"
 }
 
+# Sets whose run was killed before its `down` (a CI run stopped, a test killed by its timeout):
+# their namespaces, bridges and directory stay, under random names. A set is left alone while a
+# process runs in any of its hosts or its fabric, or while it is younger than `minutes` (a set
+# comes up seconds before its ranks start).
+sweep() {
+    local minutes=${1:-30} dir name ns busy count age
+    [[ $minutes =~ ^[0-9]+$ ]] || { echo "sim-hosts: MINUTES must be a whole number: $minutes" >&2; exit 2; }
+    [ -d "$STATE_ROOT" ] || return 0
+    for dir in $(find "$STATE_ROOT" -mindepth 1 -maxdepth 1 -type d -mmin "+$minutes"); do
+        name=$(basename "$dir")
+        [[ $name =~ ^[a-z][a-z0-9]{0,7}$ ]] || continue
+        busy=0 count=0
+        for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$name([0-9]+|net)$"); do
+            [ "$ns" = "${name}net" ] || count=$((count + 1))
+            [ -n "$(ip netns pids "$ns" 2>/dev/null)" ] && busy=1
+        done
+        [ "$busy" = 0 ] || continue
+        age=$(( ($(date +%s) - $(stat -c %Y "$dir")) / 60 ))
+        down "$name"
+        echo "sim-hosts: removed $name, left by a killed run: $count host(s) brought up $age min ago, no process in them" >&2
+    done
+    return 0
+}
+
 case "${1:-}" in
+sweep) [ $# -le 2 ] || usage; sweep "${2:-}" ;;
 up) [ $# -ge 3 ] || usage; up "$2" "$3" "${4:-}" "${5:-}" ;;
 slow-uplink) [ $# -eq 4 ] || usage; slow_uplink "$2" "$3" "$4" ;;
 topology) [ $# -eq 2 ] || usage; topology "$2" ;;

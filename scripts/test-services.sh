@@ -6,7 +6,8 @@
 # starts a server of its own from it, on a free port, as the postgres user), libfaketime (hosts
 # whose clocks disagree, tests/test_trials.py). Needs root;
 # without it, says what the tests will skip.
-#   scripts/test-services.sh up     install what is missing, start Slurm
+#   scripts/test-services.sh up     install what is missing, start Slurm, remove the simulated
+#                                   hosts a killed run left (scripts/sim-hosts.sh sweep)
 #   scripts/test-services.sh down   stop the Slurm daemons that `up` started
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,6 +19,8 @@ up)
         echo "test-services: not root or no apt-get: Open MPI and srun tests will be skipped" >&2
         exit 0
     fi
+    # simulated hosts a killed run left (their names are random: nothing else removes them)
+    "$here/sim-hosts.sh" sweep
     if [ ! -x /usr/bin/mpirun.openmpi ]; then
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq && apt-get install -y -qq --no-install-recommends openmpi-bin >/dev/null \

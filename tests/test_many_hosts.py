@@ -91,6 +91,42 @@ def _command_name(pid):
         return None
 
 
+def test_a_sweep_removes_the_sets_a_killed_run_left_and_nothing_in_use(hosts):
+    """sim-hosts.sh sweep (make test runs it as it starts): a set brought up over 30 min ago with
+    no process in it is removed, namespaces, fabric and directory; one as old with a process
+    in a host, and a new one with none, are left as they are."""
+    left, _ = hosts(2)
+    busy, _ = hosts(1)
+    young, _ = hosts(1)
+    state = Path(os.environ.get("COMMBENCH_HOSTS_DIR", "/tmp/commbench-hosts"))
+    for name in (left, busy):
+        os.utime(state / name, (time.time() - 40 * 60,) * 2)
+    sleeper = subprocess.Popen([str(SCRIPT), "run", busy, "1", "sleep", "300"])
+    try:
+        for _ in range(300):
+            pids = subprocess.run(["ip", "netns", "pids", f"{busy}1"], capture_output=True,
+                                  text=True).stdout.split()
+            if "sleep" in map(_command_name, pids):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the sleeper never ran in its host")
+        result = subprocess.run([str(SCRIPT), "sweep"], capture_output=True, text=True,
+                                timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert f"sim-hosts: removed {left}, left by a killed run: 2 host(s) brought up 40 min " \
+            "ago, no process in them" in result.stderr, result.stderr
+        assert busy not in result.stderr and young not in result.stderr, result.stderr
+        assert not any(os.path.exists(f"/run/netns/{left}{k}") for k in ("1", "2", "net"))
+        assert not (state / left).exists()
+        for name in (busy, young):
+            assert os.path.exists(f"/run/netns/{name}1") and (state / name).is_dir(), name
+        assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 def test_hosts_go_down_with_what_runs_in_them(hosts):
     name, _ = hosts(2)
     sleeper = subprocess.Popen([str(SCRIPT), "run", name, "2", "sleep", "300"])
