@@ -178,7 +178,8 @@ class Check:
                 found = self.control.fetch(f"{phase}/{host}", timeout=0) \
                     if host not in self.figures.unreachable else None
                 if found and "failed" not in found and {"busbw_Bps", "latency_s"} <= set(found):
-                    table[host] = verdict.Host(found["busbw_Bps"], found["latency_s"])
+                    table[host] = verdict.Host(found["busbw_Bps"], found["latency_s"],
+                                               (found.get("latency_ci_s") or [None])[0])
                 if host in self.figures.unreachable:
                     found = {"failed": f"not measured: {self.hosts[host]} is unreachable"}
                 self.record({"phase": phase, "host": self.hosts[host],

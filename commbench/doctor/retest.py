@@ -13,7 +13,7 @@ control at its own pace and clears it when the control was as slow."""
 import math
 import statistics
 
-from .verdict import MAD_SCALE, SPREAD_PEERS, Finding, high, link_outlier, low
+from .verdict import MAD_SCALE, SPREAD_PEERS, Finding, low_end, high, link_outlier, low
 
 
 def good_hosts(figures, judgement):
@@ -95,7 +95,7 @@ def confirm_intra(figures, judgement, finding):
         judgement.findings.append(finding)
         return
     slow = low(again.busbw_Bps, [o.busbw_Bps for o in others if o.busbw_Bps], figures.fraction)
-    late = high(again.latency_s, [o.latency_s for o in others if o.latency_s], figures.fraction)
+    late = high(low_end(again), [o.latency_s for o in others if o.latency_s], figures.fraction)
     if (slow if finding.measure == "bandwidth" else late if finding.measure == "latency"
             else slow or late):
         finding.retested = True
