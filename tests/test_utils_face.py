@@ -12,8 +12,12 @@ from formulas import BUSBW, OPS, THROUGHPUT
 # (make test's second part); this file runs beside the others, and one CI run saw this script's
 # one oneCCL rank end by SIGABRT after its tables (2026-12-07).
 # A single-size all_gather plans on (mem_factor + 0.2) of the rank's memory (SPEC §4): a memory
-# cgroup keeps that to a few hundred MB instead of a share of the whole host.
-LIMIT = 1536 << 20
+# cgroup keeps that to a few hundred MB instead of a share of the whole host. max_numel's power of
+# two follows the cgroup's headroom (limit less the process's working set, about 560 MiB on
+# gloo): it steps from 128 to 256 elements at 1.024e9 bytes (976.6 MiB) and to 512 at twice that.
+# At 1536 MiB the headroom sat on the first step, and one clean CI run saw 128 and then 256 in two
+# calls of one process (2026-12-07); at 2048 MiB it is about 1490 MiB, 500 MiB from either step.
+LIMIT = 2048 << 20
 
 FACE = '''
 import json, sys
