@@ -91,6 +91,18 @@ def _command_name(pid):
         return None
 
 
+def _wait_until_it_sleeps_in(namespace):
+    """Wait (up to 30 s) until a `sleep` runs in the host `namespace`: `sim-hosts.sh run` takes
+    a while to get in on a busy machine."""
+    for _ in range(300):
+        pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True,
+                              text=True).stdout.split()
+        if "sleep" in map(_command_name, pids):
+            return
+        time.sleep(0.1)
+    pytest.fail(f"the sleeper never ran in its host {namespace}")
+
+
 def test_a_sweep_removes_the_sets_a_killed_run_left_and_nothing_in_use(hosts):
     """sim-hosts.sh sweep (make test runs it as it starts): a set brought up over 30 min ago with
     no process in it is removed, namespaces, fabric and directory; one as old with a process
@@ -103,14 +115,7 @@ def test_a_sweep_removes_the_sets_a_killed_run_left_and_nothing_in_use(hosts):
         os.utime(state / name, (time.time() - 40 * 60,) * 2)
     sleeper = subprocess.Popen([str(SCRIPT), "run", busy, "1", "sleep", "300"])
     try:
-        for _ in range(300):
-            pids = subprocess.run(["ip", "netns", "pids", f"{busy}1"], capture_output=True,
-                                  text=True).stdout.split()
-            if "sleep" in map(_command_name, pids):
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("the sleeper never ran in its host")
+        _wait_until_it_sleeps_in(f"{busy}1")
         result = subprocess.run([str(SCRIPT), "sweep"], capture_output=True, text=True,
                                 timeout=60)
         assert result.returncode == 0, result.stderr
@@ -133,14 +138,7 @@ def test_hosts_go_down_with_what_runs_in_them(hosts):
     try:
         # down kills what runs in a host: wait until the sleeper does (on a busy machine `run`
         # can still be on its way in when down comes, and then it is not in the host yet)
-        for _ in range(300):
-            pids = subprocess.run(["ip", "netns", "pids", f"{name}2"], capture_output=True,
-                                  text=True).stdout.split()
-            if "sleep" in map(_command_name, pids):
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("the sleeper never ran in its host")
+        _wait_until_it_sleeps_in(f"{name}2")
         subprocess.run([str(SCRIPT), "down", name], check=True, timeout=60)
         assert sleeper.wait(timeout=10) != 0  # killed with its host
         assert not os.path.exists(f"/run/netns/{name}2")

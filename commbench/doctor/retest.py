@@ -250,9 +250,10 @@ def _confirm_host(figures, judgement, finding, good_links, on_time):
     controls, control_words = _controls(figures, retested)
     # without a control pair beside the retest (3 hosts, or 4 with two suspects), nothing of
     # that moment says the machine was quiet: a late retest is held to the squared bar
-    late_by = least * fraction / statistics.median(ref_lat) if lats and ref_lat else 0.0
-    late_bar = 1 if controls else fraction / squared(fraction)
-    late = late_by > late_bar
+    on_time_lat = statistics.median(ref_lat) if lats and ref_lat else None
+    late_past_fraction = on_time_lat is not None and least > on_time_lat / fraction
+    late = late_past_fraction if controls else \
+        on_time_lat is not None and least > on_time_lat / squared(fraction)
     still = (slow and _beside("bandwidth", bw, controls, fraction)) or \
         (late and _beside("latency", least, controls, fraction)) or \
         (finding.measure == "bandwidth" and
@@ -264,7 +265,7 @@ def _confirm_host(figures, judgement, finding, good_links, on_time):
         finding.text += (f"; retested against {names}: {measured}" +
                          (f" (at the same time, {control_words})" if controls else ""))
         judgement.findings.append(finding)
-    elif late_by > 1 and not controls and not slow:
+    elif late_past_fraction and not controls and not slow:
         judgement.cleared.append(
             f"{first} and late when retested against {names} ({figures.duration(lat)}), but "
             "with no pair measured beside the retest to say the machine was quiet, under "
