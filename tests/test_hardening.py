@@ -40,7 +40,7 @@ def test_killed_rank_ends_the_job(tmp_path, launcher, dist):
         _, stderr = proc.communicate(timeout=240)  # a hang guard only
     finally:
         kill_tree(proc.pid)
-    assert proc.returncode != 0
+    assert proc.returncode != 0, stderr
     ours = [line for line in stderr.splitlines() if line.startswith("commbench: error:")]
     stopped = [line for line in stderr.splitlines() if line.startswith(
         "commbench: stopped by SIGTERM; the sizes measured so far are in the table and the "
@@ -59,8 +59,9 @@ def test_killed_rank_ends_the_job(tmp_path, launcher, dist):
     frames = [line for line in stderr.splitlines() if line.strip().startswith('File "')]
     assert not [line for line in frames if f'"{ROOT}/' in line and "/.venv/" not in line], stderr
     records = results.read(str(path))[1]
-    assert len(records) >= 3
-    assert [r["numel"] for r in records] == [2 * 2 ** p for p in range(1, len(records) + 1)]
+    assert len(records) >= 3, (records, stderr)
+    assert [r["numel"] for r in records] == [2 * 2 ** p for p in range(1, len(records) + 1)], \
+        (records, stderr)
 
 
 @pytest.mark.fast

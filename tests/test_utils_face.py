@@ -60,7 +60,7 @@ def face(tmp_path_factory):
         result = launch(str(script), result_file, env={"PYTHONPATH": str(ROOT)},
                         preexec_fn=group.enter)
         assert group.oom_kills() == 0
-    assert result.returncode == 0, result
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stderr[-4000:]}"
     return result, json.loads(result_file.read_text())
 
 

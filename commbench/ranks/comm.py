@@ -7,6 +7,7 @@ allocation failure, on hostnames) always goes through torch.distributed, which b
 sit on.
 """
 
+import atexit
 import contextlib
 import functools
 import os
@@ -202,6 +203,7 @@ def init_comm(local_rank, args: RankSettings):
     if starting:
         building, since = _start_group(args, launch, backend, device, ds)
         up = time.monotonic() - begun
+        atexit.register(teardown)  # a no-op where the front end tore the group down first
     rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
     with SlowStep(_say if starting and backend == "ccl" and not building and rank == 0 else None,
                   "starting oneCCL (it starts at the first collective; a first start on a host "
@@ -370,15 +372,19 @@ def reduce_args(dist_module, op):
 
 
 def teardown():
-    """End the process group, in the way that is safe for its backend and layer."""
+    """End the process group, in the way that is safe for its backend and layer. Called by
+    every front end as it ends, and at exit (init_comm registers it) for a script of the
+    user's own over utils.py, which ends as scripts do."""
     if not torch.distributed.is_initialized():
         return
+    # gloo, and oneCCL's bindings, complete each op on a worker thread that drops the op's
+    # tensors just after wait() returned, and needs the GIL for that; a thread still waiting
+    # for the GIL when the interpreter finalises is ended inside C++ and the process aborts
+    # ("terminate called without an active exception", exit -6: 1 run of 26-80 of
+    # tests/test_utils_face.py's one-rank script, whose last op was an all_gather). A moment
+    # without the GIL lets it finish first.
+    time.sleep(0.05)
     if torch.distributed.get_backend() == "ccl":
-        # The bindings complete each op on a worker thread that drops the op's tensors just
-        # after, and needs the GIL for that; a thread still waiting for the GIL when the
-        # interpreter exits is ended where it stands and the process aborts. A moment without
-        # the GIL lets it finish first.
-        time.sleep(0.05)
         shm.release_ccl_endpoints()
         if _deepspeed_ccl_op():
             # DeepSpeed's own oneCCL communicator (its op's, a static of the op's library) and
