@@ -377,12 +377,9 @@ def teardown():
     user's own over utils.py, which ends as scripts do."""
     if not torch.distributed.is_initialized():
         return
-    # gloo, and oneCCL's bindings, complete each op on a worker thread that drops the op's
-    # tensors just after wait() returned, and needs the GIL for that; a thread still waiting
-    # for the GIL when the interpreter finalises is ended inside C++ and the process aborts
-    # ("terminate called without an active exception", exit -6: 1 run of 26-80 of
-    # tests/test_utils_face.py's one-rank script, whose last op was an all_gather). A moment
-    # without the GIL lets it finish first.
+    # gloo's and oneCCL's worker threads drop an op's tensors (with the GIL) just after wait()
+    # returned; one still waiting for the GIL as the interpreter finalises aborts the process
+    # (exit -6: 4 of 154 runs of tests/test_utils_face.py's script). A moment without it first.
     time.sleep(0.05)
     if torch.distributed.get_backend() == "ccl":
         shm.release_ccl_endpoints()
